@@ -1,0 +1,28 @@
+# The two commands: `make demo` and `make test`. Both install what is missing first.
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: bootstrap demo test lint typecheck unit spark integration clean
+
+bootstrap:
+	@bash scripts/bootstrap.sh
+
+demo: bootstrap
+	@$(BIN)/cdc demo
+
+test: bootstrap lint typecheck
+	$(BIN)/pytest
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy
+
+unit spark integration: bootstrap
+	$(BIN)/pytest tests/$@
+
+clean:
+	rm -rf lake .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+"""PostgreSQL change data capture into Delta Lake on Spark."""
+
+__version__ = "0.1.0"

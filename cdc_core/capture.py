@@ -1,0 +1,182 @@
+"""Stages 1 and 2 wired together: read the slot, stage whole transactions, confirm durable data.
+
+The slot's confirmed position moves only to what is durably staged, and past WAL that holds no
+captured change (the server's own position once nothing is pending), so a quiet pipeline never
+pins WAL. A transient failure (lost connection, server restart) drops the half-written file
+and resumes from the last durable position, a few times, before the run gives up (exit 75).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cdc_core.config import Config
+from cdc_core.errors import TransientError
+from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
+from cdc_core.pg import catalog
+from cdc_core.pg.connect import connect
+from cdc_core.pg.replication import CaughtUp, Checkpoint, Event, SqlSource, StreamSource
+from cdc_core.pg.slot import (
+    advance_slot,
+    ensure_publication,
+    ensure_slot,
+    flush_position,
+    slot_state,
+)
+from cdc_core.reader import Assembler, Budget
+from cdc_core.stager import Limits, StagedFile, Stager
+
+log = logging.getLogger("cdc_core.capture")
+
+
+@dataclass(frozen=True)
+class CaptureSummary:
+    """What one capture did."""
+
+    transactions: int
+    changes: int
+    files: tuple[StagedFile, ...]
+    end_position: Lsn  # the WAL flush position read at start (--once stops there)
+    confirmed: Lsn
+    seconds: float
+
+    def describe(self) -> str:
+        span = f"{self.files[0].start}..{self.files[-1].end}" if self.files else "nothing new"
+        return (
+            f"captured {self.transactions} transactions, {self.changes} changes in "
+            f"{len(self.files)} staged files ({span}); slot confirmed at {self.confirmed} "
+            f"({self.seconds:.1f} s)"
+        )
+
+
+def capture(config: Config, lake: Lake) -> CaptureSummary:
+    """Stage every change committed before the WAL flush position seen at start (`--once`)."""
+    started = time.monotonic()
+    source = config.pipeline.source
+    with connect(source.dsn) as conn:
+        ensure_publication(
+            conn, source.publication, source.tables, source.publication_autocreate_mode
+        )
+        ensure_slot(conn, source.slot)
+        end = flush_position(conn)
+    settings = config.pipeline.capture
+    limits = Limits(
+        file_changes=settings.file_changes,
+        file_bytes=settings.file_bytes,
+        row_group_changes=settings.chunk_changes,
+        row_group_bytes=settings.chunk_bytes,
+    )
+    stager = Stager(lake.changes, lake.staging_tmp, limits=limits, compression=settings.compression)
+    stager.recover()
+    counts = [0, 0]
+    for attempt in range(settings.retries + 1):
+        try:
+            _capture_until(config, stager, end, counts)
+            break
+        except TransientError as e:
+            stager.abort()
+            if attempt == settings.retries:
+                raise TransientError(
+                    f"{e} (gave up after {attempt + 1} attempts; {len(stager.published)} files "
+                    f"staged up to {stager.published_end} are safe, the next run resumes there)"
+                ) from e
+            wait = min(30.0, settings.retry_backoff_s * 2**attempt)
+            log.warning("capture interrupted (%s); retrying in %.1f s", e, wait)
+            time.sleep(wait)
+    confirmed = _settle_confirmation(config, stager.durable_end())
+    return CaptureSummary(counts[0], counts[1], tuple(stager.published), end, confirmed,
+                          time.monotonic() - started)  # fmt: skip
+
+
+def _capture_until(config: Config, stager: Stager, end: Lsn, counts: list[int]) -> None:
+    source = config.pipeline.source
+    settings = config.pipeline.capture
+    reader: StreamSource | SqlSource
+    if source.reader == "sql":
+        reader = SqlSource(source.dsn, source.slot, source.publication,
+                           peek_changes=settings.peek_changes)  # fmt: skip
+    else:
+        reader = StreamSource(source.dsn, source.slot, source.publication)
+    with connect(source.dsn) as catalog_conn:
+        assembler = Assembler(
+            source.tables,
+            lambda rel, types: catalog.describe_relation(catalog_conn, rel, types),
+            skip_before=stager.published_end,
+            budget=Budget(settings.chunk_changes, settings.chunk_bytes),
+        )
+        reader.open(stager.durable_end())
+        try:
+            events = reader.events(end) if isinstance(reader, SqlSource) else reader.events()
+            _Run(assembler, stager, reader, end, counts).consume(events)
+            stager.flush()
+            reader.confirm(stager.durable_end())
+        finally:
+            reader.close()
+
+
+@dataclass
+class _Run:
+    """One pass over the slot: messages to the assembler, chunks to the stager, confirmations."""
+
+    assembler: Assembler
+    stager: Stager
+    reader: StreamSource | SqlSource
+    end: Lsn
+    counts: list[int]
+
+    def consume(self, events: Iterator[Event]) -> None:
+        for event in events:
+            if isinstance(event, tuple):
+                if self._message(*event):
+                    return
+            elif isinstance(event, Checkpoint):
+                self.stager.flush()
+                self.reader.confirm(self.stager.durable_end())
+            elif isinstance(event, CaughtUp) and not self.assembler.in_transaction:
+                if not self.stager.pending:  # nothing unstaged: WAL up to here holds nothing for us
+                    self.reader.confirm(max(self.stager.durable_end(), event.position))
+                if event.position >= self.end:
+                    return
+
+    def _message(self, lsn: int, data: bytes) -> bool:
+        """Feed one message; True when the run has reached its end position."""
+        if not self.assembler.in_transaction and _begins_at_or_after(data, self.end):
+            return True  # committed after the end position seen at start: the next run's work
+        chunk = self.assembler.feed(lsn, data)
+        if chunk is not None:
+            self.counts[1] += len(chunk)
+            self.counts[0] += int(chunk.last and (len(chunk) > 0 or chunk.first_seq > 0))
+            if self.stager.add(chunk) is not None:
+                self.reader.confirm(self.stager.durable_end())
+        return False
+
+
+def _begins_at_or_after(data: bytes, end: Lsn) -> bool:
+    """A transaction (Begin) or lone message (non-transactional 'M') at or past `end`."""
+    if data[:1] == b"B":
+        return int.from_bytes(data[1:9], "big") >= end.value
+    if data[:1] == b"M" and not data[1] & 1:
+        return int.from_bytes(data[2:10], "big") >= end.value
+    return False
+
+
+def _settle_confirmation(config: Config, target: Lsn, timeout_s: float = 10.0) -> Lsn:
+    """Make sure the slot really is confirmed at `target` once the walsender has gone."""
+    source = config.pipeline.source
+    deadline = time.monotonic() + timeout_s
+    with connect(source.dsn) as conn:
+        while True:
+            state = slot_state(conn, source.slot)
+            if state is None or state.confirmed_flush >= target:
+                return state.confirmed_flush if state else target
+            if state.active_pid is None:
+                return advance_slot(conn, source.slot, target)
+            if time.monotonic() > deadline:
+                log.warning("slot %s still active; confirmed at %s, not %s",
+                            source.slot, state.confirmed_flush, target)  # fmt: skip
+                return state.confirmed_flush
+            time.sleep(0.05)

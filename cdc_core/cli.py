@@ -1,0 +1,152 @@
+"""The `cdc` command: doctor, the local PostgreSQL, the demo and the workload generator.
+
+Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
+75 transient, 1 anything else) and prints one clear line on stderr; `--debug` adds the
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CdcError, UsageError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def guarded(command: Command, args: argparse.Namespace) -> int:
+    """Run `command`, turning any failure into one stderr line and the right exit code."""
+    debug = bool(getattr(args, "debug", False))
+    try:
+        return command(args)
+    except CdcError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # the last line of defence: one line, not a wall of traceback
+        if debug:
+            traceback.print_exc()
+        print(f"error: unexpected {type(e).__name__}: {e} (run with --debug for the traceback)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_FAILURE
+
+
+def configure_logging(debug: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("py4j", "psycopg"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from cdc_core.config import load_pipeline
+    from cdc_core.pg.doctor import format_report, run_doctor
+
+    config = load_pipeline(args.pipeline, args.env)
+    report = run_doctor(config)
+    print(format_report(report, color=sys.stdout.isatty()))
+    return EXIT_OK if report.ok else EXIT_USAGE
+
+
+def _pg(args: argparse.Namespace) -> int:
+    from cdc_core.pg.local import ensure_cluster, find_cluster, home_dir
+
+    if args.action == "start":
+        cluster = ensure_cluster(args.name, port=args.port)
+        print(f"PostgreSQL running: {cluster.dsn()}")
+        print(f"data {cluster.data_dir}, log {cluster.log_file}")
+        return EXIT_OK
+    found = find_cluster(args.name)
+    if found is None:
+        print(f"no local cluster named {args.name!r} in {home_dir()}")
+        return EXIT_FAILURE if args.action == "status" else EXIT_OK
+    if args.action == "status":
+        running = found.running()
+        state = "running" if running else "stopped"
+        print(f"{args.name}: {state} on {found.dsn()} ({found.data_dir})")
+        return EXIT_OK if running else EXIT_FAILURE
+    if args.action == "stop":
+        found.stop()
+    else:
+        found.destroy()
+    print(f"{args.name}: {args.action}ed")
+    return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from cdc_core.demo import run_demo
+
+    return run_demo(port=args.port, changes=args.changes, lake=args.lake)
+
+
+def _workload(args: argparse.Namespace) -> int:
+    from cdc_core.sample.workload import WorkloadSpec, run_workload
+
+    if args.changes is None and args.duration is None:
+        raise UsageError("cdc workload: give --changes N or --duration SECONDS")
+    spec = WorkloadSpec(
+        changes=args.changes, duration_s=args.duration, rate=args.rate,
+        concurrency=args.concurrency, seed=args.seed,
+    )  # fmt: skip
+    stats = run_workload(args.dsn, spec)
+    print(stats)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("doctor", help="check that the source is ready for a pipeline")
+    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
+    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p.set_defaults(run=_doctor)
+
+    p = sub.add_parser("pg", help="the local PostgreSQL cluster used by the demo")
+    p.add_argument("action", choices=["start", "stop", "status", "destroy"])
+    p.add_argument("--name", default="demo", help="cluster name, default demo")
+    p.add_argument("--port", type=int, default=5432, help="preferred port when starting")
+    p.set_defaults(run=_pg)
+
+    p = sub.add_parser("demo", help="start a local PostgreSQL with the shop data and run orders")
+    p.add_argument("--port", type=int, default=5432, help="preferred port, default 5432")
+    p.add_argument("--changes", type=int, default=2000, help="workload changes before ingest")
+    p.add_argument("--lake", default="./lake", help="lake root, default ./lake")
+    p.set_defaults(run=_demo)
+
+    p = sub.add_parser("workload", help="write realistic traffic into a shop database")
+    p.add_argument("--dsn", required=True, help="connection string of the shop database")
+    p.add_argument("--changes", type=int, default=None, help="stop after about N row changes")
+    p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
+    p.add_argument("--rate", type=float, default=None, help="row changes per second")
+    p.add_argument("--concurrency", type=int, default=3, help="interleaved transactions")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(run=_workload)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help
+        return int(e.code or 0)
+    configure_logging(args.debug)
+    result: int = guarded(args.run, args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

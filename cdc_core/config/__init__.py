@@ -1,0 +1,100 @@
+"""Configuration: the only reader of YAML and environment variables; validated once, at load time.
+
+`load_pipeline("orders", "local")` reads `pipelines/orders.yaml` and `conf/local.yaml` under the
+project home (`$CDC_HOME`, or the working directory) into frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from cdc_core.config.loader import Builder, display_path, read_yaml, suggest
+from cdc_core.config.model import (
+    ByteSize,
+    CaptureConfig,
+    CatalogSettings,
+    Config,
+    Dsn,
+    EnvConfig,
+    PipelineConfig,
+    SnapshotConfig,
+    SourceConfig,
+    SparkSettings,
+    TargetConfig,
+)
+from cdc_core.errors import ConfigError
+
+__all__ = [
+    "ByteSize",
+    "CaptureConfig",
+    "CatalogSettings",
+    "Config",
+    "Dsn",
+    "EnvConfig",
+    "PipelineConfig",
+    "SnapshotConfig",
+    "SourceConfig",
+    "SparkSettings",
+    "TargetConfig",
+    "load_env",
+    "load_pipeline",
+    "project_home",
+]
+
+
+def project_home() -> Path:
+    """Where `pipelines/` and `conf/` are looked up: `$CDC_HOME`, else the working directory."""
+    return Path(os.environ.get("CDC_HOME") or Path.cwd())
+
+
+def _locate(kind: str, name: str, folder: Path, home: Path) -> Path:
+    """`name` as a file in `folder`, or as a path; a missing file lists what exists."""
+    if name.endswith((".yaml", ".yml")) or os.sep in name:
+        path = Path(name)
+    else:
+        path = folder / f"{name}.yaml"
+    if path.is_file():
+        return path
+    available = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    listing = f"available: {', '.join(available)}" if available else f"{folder} holds none"
+    raise ConfigError(
+        display_path(path, home),
+        None,
+        f"no such {kind} file ({listing}){suggest(Path(name).stem, available)}",
+    )
+
+
+def load_env(
+    env: str = "local", *, home: Path | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[EnvConfig, str]:
+    """Read `conf/<env>.yaml`; returns the settings and the file as shown in errors."""
+    home = home or project_home()
+    path = _locate("environment", env, home / "conf", home)
+    shown = display_path(path, home)
+    settings: EnvConfig = Builder(shown, environ).build(EnvConfig, read_yaml(path, shown))
+    return settings, shown
+
+
+def load_pipeline(
+    name: str,
+    env: str = "local",
+    *,
+    home: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Read and validate a pipeline and its environment; every problem is a `ConfigError`."""
+    home = home or project_home()
+    path = _locate("pipeline", name, home / "pipelines", home)
+    shown = display_path(path, home)
+    pipeline: PipelineConfig = Builder(shown, environ).build(PipelineConfig, read_yaml(path, shown))
+    if pipeline.name != path.stem:
+        raise ConfigError(
+            shown,
+            "name",
+            f"{pipeline.name!r} does not match the file name {path.stem!r} "
+            "(rename the file or change the name)",
+        )
+    env_settings, env_shown = load_env(env, home=home, environ=environ)
+    return Config(pipeline, env_settings, env, shown, env_shown)

@@ -1,0 +1,51 @@
+"""Every error the product raises: one root, retry semantics in the type, exit codes here."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_TRANSIENT = 75  # EX_TEMPFAIL: safe to retry
+
+
+class CdcError(Exception):
+    """Root of the product's errors; `exit_code` is what the command line exits with."""
+
+    exit_code = EXIT_FAILURE
+
+
+class ConfigError(CdcError):
+    """Bad configuration or usage: names the file, the key path, the bad value and the fix."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, file: str, key: str | None, message: str) -> None:
+        self.file = file
+        self.key = key
+        self.message = message
+        where = f"{file}: {key}: " if key else f"{file}: "
+        super().__init__(where + message)
+
+
+class UsageError(CdcError):
+    """The command line was used wrongly; the message says the right usage."""
+
+    exit_code = EXIT_USAGE
+
+
+class TransientError(CdcError):
+    """A failure that may pass by itself (lost connection, server restart): safe to retry."""
+
+    exit_code = EXIT_TRANSIENT
+
+
+class TerminalError(CdcError):
+    """A failure that retrying will not fix; the message says what to do."""
+
+
+class SetupError(TerminalError):
+    """The environment is missing something the product needs (a binary, a jar, a server)."""
+
+
+class DecodeError(TerminalError):
+    """Bytes from the server that do not follow the protocol; names the byte and the LSN."""

@@ -1,0 +1,105 @@
+"""Decoded changes as they travel from the reader to the stager: ops, relations, change chunks.
+
+A transaction reaches the stager as one or more `ChangeChunk`s (columnar lists, bounded in
+size); the chunk that ends it has `last=True` and the commit's end LSN. Chunks of one
+transaction are contiguous and transactions arrive in commit order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from cdc_core.pg.pgoutput import ReplicaIdentity
+
+
+class ChangeOp(str, Enum):
+    """Debezium's `op` codes."""
+
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    TRUNCATE = "t"
+    MESSAGE = "m"
+    READ = "r"
+
+
+@dataclass(frozen=True)
+class ColumnDescriptor:
+    """A column as a Relation message describes it, with the type's catalog name."""
+
+    name: str
+    type_oid: int
+    type_modifier: int
+    type_name: str
+    in_identity: bool
+
+
+@dataclass(frozen=True)
+class RelationDescriptor:
+    """What is needed to read a table's tuples without the server: columns, types, key."""
+
+    oid: int
+    version: int  # counts Relation messages for this oid within one run
+    schema: str
+    table: str
+    replica_identity: ReplicaIdentity
+    columns: tuple[ColumnDescriptor, ...]
+    primary_key: tuple[str, ...]  # from the catalog; empty when the table has none
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "oid": self.oid,
+            "version": self.version,
+            "schema": self.schema,
+            "table": self.table,
+            "replica_identity": self.replica_identity.value,
+            "primary_key": list(self.primary_key),
+            "columns": [
+                [c.name, c.type_oid, c.type_modifier, c.type_name, c.in_identity]
+                for c in self.columns
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> RelationDescriptor:
+        columns = tuple(
+            ColumnDescriptor(str(n), int(o), int(m), str(t), bool(k))
+            for n, o, m, t, k in data["columns"]  # type: ignore[attr-defined]
+        )
+        return cls(
+            oid=int(data["oid"]),  # type: ignore[call-overload]
+            version=int(data["version"]),  # type: ignore[call-overload]
+            schema=str(data["schema"]),
+            table=str(data["table"]),
+            replica_identity=ReplicaIdentity(str(data["replica_identity"])),
+            columns=columns,
+            primary_key=tuple(str(c) for c in data["primary_key"]),  # type: ignore[attr-defined]
+        )
+
+
+@dataclass
+class ChangeChunk:
+    """Part of one committed transaction, as parallel lists (one entry per change)."""
+
+    xid: int
+    commit_lsn: int  # the transaction's commit LSN (for a lone message: its own LSN)
+    commit_time_us: int
+    first_seq: int  # position in the transaction of this chunk's first change
+    last: bool = False
+    end_lsn: int = 0  # set on the last chunk: just past the commit record
+    lsn: list[int] = field(default_factory=list)
+    op: list[str] = field(default_factory=list)
+    relation_oid: list[int | None] = field(default_factory=list)
+    relation_version: list[int | None] = field(default_factory=list)
+    old_kind: list[str | None] = field(default_factory=list)
+    old_tuple: list[bytes | None] = field(default_factory=list)
+    new_tuple: list[bytes | None] = field(default_factory=list)
+    message_prefix: list[str | None] = field(default_factory=list)
+    message_content: list[bytes | None] = field(default_factory=list)
+    truncate_options: list[int | None] = field(default_factory=list)
+    nbytes: int = 0
+    relations: list[RelationDescriptor] = field(default_factory=list)  # first seen in this chunk
+
+    def __len__(self) -> int:
+        return len(self.lsn)

@@ -1,0 +1,353 @@
+"""Catalog reads: tables, keys, replica identity, columns, publications, slots, roles, settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import psycopg
+from psycopg.rows import TupleRow, tuple_row
+
+from cdc_core.events import ColumnDescriptor, RelationDescriptor
+from cdc_core.identifiers import TableName
+from cdc_core.pg.pgoutput import Relation, ReplicaIdentity
+
+RelKind = Literal["ordinary", "partitioned"]
+_RELKINDS: dict[str, RelKind] = {"r": "ordinary", "p": "partitioned"}
+
+# Every reader here only needs a connection that can run a query; rows come back as tuples.
+Connection = psycopg.Connection[TupleRow]
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One captured table as the catalog and the current role see it."""
+
+    name: TableName
+    oid: int
+    kind: RelKind
+    owner: str
+    primary_key: tuple[str, ...]
+    """Primary key columns in key order; empty without a primary key."""
+    replica_identity: ReplicaIdentity
+    identity_index: str | None
+    """Name of the REPLICA IDENTITY USING INDEX index; None unless the identity is INDEX."""
+    identity_index_columns: tuple[str, ...]
+    """Columns of that index in index order; empty if it was dropped (then it acts as NOTHING)."""
+    can_select: bool
+    """The current role has SELECT on the table (USAGE on its schema is `schema_usage`)."""
+    schema_usage: bool
+    is_owner: bool
+    """The current role owns the table, directly or through a role it inherits (or is superuser)."""
+
+    @property
+    def identity_columns(self) -> tuple[str, ...]:
+        """Columns an UPDATE/DELETE event identifies its row by; empty for FULL and NOTHING."""
+        if self.replica_identity is ReplicaIdentity.DEFAULT:
+            return self.primary_key
+        if self.replica_identity is ReplicaIdentity.INDEX:
+            return self.identity_index_columns
+        return ()
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """One column of a table, in table order."""
+
+    name: str
+    position: int
+    type_oid: int
+    type_name: str
+    """`format_type(atttypid, atttypmod)`, e.g. `numeric(12,2)` or `character varying(40)`."""
+    not_null: bool
+
+
+@dataclass(frozen=True)
+class RoleInfo:
+    """The role the connection runs as."""
+
+    name: str
+    superuser: bool
+    replication: bool
+    rds_replication: bool | None
+    """Member of Amazon RDS's `rds_replication`; None where that role does not exist."""
+
+
+@dataclass(frozen=True)
+class DatabaseInfo:
+    """The database the connection is in."""
+
+    name: str
+    encoding: str
+    can_create: bool
+    """The current role has CREATE on it (needed to create a publication)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A server setting, and whether a changed value waits for a restart."""
+
+    name: str
+    value: str
+    pending_restart: bool
+
+
+@dataclass(frozen=True)
+class PublicationInfo:
+    """A publication, the tables it publishes and whether the current role owns it."""
+
+    name: str
+    owner: str
+    is_owner: bool
+    all_tables: bool
+    operations: frozenset[str]
+    """Published operations among insert, update, delete, truncate."""
+    tables: frozenset[TableName]
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """A replication slot as `pg_replication_slots` shows it."""
+
+    name: str
+    slot_type: str
+    plugin: str | None
+    database: str | None
+    active_pid: int | None
+    wal_status: str | None
+
+
+@dataclass(frozen=True)
+class ReplicationUsage:
+    """How many replication slots and WAL senders are taken, server-wide."""
+
+    slots: int
+    wal_senders: int
+
+
+def _rows(conn: Connection, query: str, params: Sequence[object] | None = None) -> list[TupleRow]:
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query, params)
+        return cur.fetchall()
+
+
+_INDEX_COLUMNS = """
+    ARRAY(SELECT a.attname::text
+          FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+          ORDER BY k.ord)
+"""
+
+_TABLE_INFO = f"""
+SELECT t.ord, c.oid, c.relkind, pg_get_userbyid(c.relowner), c.relreplident,
+       (SELECT {_INDEX_COLUMNS} FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+       (SELECT i.indexrelid::regclass::text FROM pg_index i
+        WHERE i.indrelid = c.oid AND i.indisreplident),
+       (SELECT {_INDEX_COLUMNS} FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
+       has_table_privilege(c.oid, 'SELECT'), has_schema_privilege(n.oid, 'USAGE'),
+       pg_has_role(c.relowner, 'USAGE')
+FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
+JOIN pg_namespace n ON n.nspname = t.schema_name
+JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name AND c.relkind IN ('r', 'p')
+"""
+
+
+def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName, TableInfo | None]:
+    """Keys, replica identity and the current role's rights for each table; None if missing.
+
+    Views, sequences and other relations that are not tables count as missing.
+    """
+    rows = _rows(conn, _TABLE_INFO, ([t.schema for t in tables], [t.name for t in tables]))
+    found: dict[TableName, TableInfo | None] = dict.fromkeys(tables)
+    for ord_, oid, relkind, owner, ident, pk, index, index_cols, select, usage, owns in rows:
+        name = tables[int(ord_) - 1]
+        found[name] = TableInfo(
+            name=name,
+            oid=int(oid),
+            kind=_RELKINDS[str(relkind)],
+            owner=str(owner),
+            primary_key=tuple(pk or ()),
+            replica_identity=ReplicaIdentity(str(ident)),
+            identity_index=str(index) if index is not None else None,
+            identity_index_columns=tuple(index_cols or ()),
+            can_select=bool(select),
+            schema_usage=bool(usage),
+            is_owner=bool(owns),
+        )
+    return found
+
+
+def table_columns(conn: Connection, table: TableName) -> tuple[ColumnInfo, ...]:
+    """The live columns of `table` in table order; empty if the table does not exist."""
+    rows = _rows(
+        conn,
+        """
+        SELECT a.attname, a.attnum, a.atttypid, format_type(a.atttypid, a.atttypmod), a.attnotnull
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY a.attnum
+        """,
+        (table.schema, table.name),
+    )
+    return tuple(
+        ColumnInfo(str(name), int(pos), int(oid), str(type_name), bool(not_null))
+        for name, pos, oid, type_name, not_null in rows
+    )
+
+
+def list_tables(conn: Connection) -> list[TableName]:
+    """Every table in the database outside the system schemas (for "did you mean" hints)."""
+    rows = _rows(
+        conn,
+        """
+        SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+          AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+          AND n.nspname !~ '^pg_(toast|temp_)'
+        ORDER BY 1, 2
+        """,
+    )
+    return [TableName(str(schema), str(name)) for schema, name in rows]
+
+
+def current_role(conn: Connection) -> RoleInfo:
+    """Attributes of the current role; REPLICATION is not inherited, so it is the role's own."""
+    ((name, superuser, replication, rds),) = _rows(
+        conn,
+        """
+        SELECT r.rolname, r.rolsuper, r.rolreplication,
+               (SELECT pg_has_role(r.oid, g.oid, 'MEMBER') FROM pg_roles g
+                WHERE g.rolname = 'rds_replication')
+        FROM pg_roles r WHERE r.rolname = current_user
+        """,
+    )
+    return RoleInfo(
+        str(name), bool(superuser), bool(replication), None if rds is None else bool(rds)
+    )
+
+
+def current_database(conn: Connection) -> DatabaseInfo:
+    """Name, encoding and CREATE right of the connection's database."""
+    ((name, encoding, can_create),) = _rows(
+        conn,
+        """
+        SELECT datname, pg_encoding_to_char(encoding), has_database_privilege(oid, 'CREATE')
+        FROM pg_database WHERE datname = current_database()
+        """,
+    )
+    return DatabaseInfo(str(name), str(encoding), bool(can_create))
+
+
+def settings(conn: Connection, names: Sequence[str]) -> dict[str, Setting]:
+    """Server settings by name, from `pg_settings` (which also says what waits for a restart)."""
+    rows = _rows(
+        conn,
+        "SELECT name, setting, pending_restart FROM pg_settings WHERE name = ANY(%s)",
+        (list(names),),
+    )
+    return {str(n): Setting(str(n), str(v), bool(p)) for n, v, p in rows}
+
+
+def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
+    """The publication called `name` in this database, or None."""
+    rows = _rows(
+        conn,
+        """
+        SELECT pg_get_userbyid(p.pubowner), pg_has_role(p.pubowner, 'USAGE'), p.puballtables,
+               ARRAY_REMOVE(ARRAY[CASE WHEN p.pubinsert THEN 'insert' END,
+                                  CASE WHEN p.pubupdate THEN 'update' END,
+                                  CASE WHEN p.pubdelete THEN 'delete' END,
+                                  CASE WHEN p.pubtruncate THEN 'truncate' END], NULL),
+               ARRAY(SELECT ARRAY[t.schemaname::text, t.tablename::text]
+                     FROM pg_publication_tables t WHERE t.pubname = p.pubname
+                     UNION  -- a partitioned table is listed by its leaves unless via root
+                     SELECT ARRAY[n.nspname::text, c.relname::text]
+                     FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
+                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = p.oid)
+        FROM pg_publication p WHERE p.pubname = %s
+        """,
+        (name,),
+    )
+    if not rows:
+        return None
+    ((owner, is_owner, all_tables, operations, tables),) = rows
+    return PublicationInfo(
+        name=name,
+        owner=str(owner),
+        is_owner=bool(is_owner),
+        all_tables=bool(all_tables),
+        operations=frozenset(operations),
+        tables=frozenset(TableName(s, t) for s, t in tables),
+    )
+
+
+def slot_info(conn: Connection, name: str) -> SlotInfo | None:
+    """The replication slot called `name` (slots are server-wide), or None."""
+    rows = _rows(
+        conn,
+        "SELECT slot_type, plugin, database, active_pid, wal_status "
+        "FROM pg_replication_slots WHERE slot_name = %s",
+        (name,),
+    )
+    if not rows:
+        return None
+    ((slot_type, plugin, database, active_pid, wal_status),) = rows
+    return SlotInfo(name, str(slot_type), plugin, database, active_pid, wal_status)
+
+
+def replication_usage(conn: Connection) -> ReplicationUsage:
+    """Slots and WAL senders in use; `pg_stat_replication` lists every walsender to any role."""
+    ((slots, senders),) = _rows(
+        conn,
+        "SELECT (SELECT count(*) FROM pg_replication_slots), "
+        "(SELECT count(*) FROM pg_stat_replication)",
+    )
+    return ReplicationUsage(int(slots), int(senders))
+
+
+def describe_relation(
+    conn: Connection, relation: Relation, type_names: dict[int, str]
+) -> RelationDescriptor:
+    """A Relation message with the catalog's primary key and type names added.
+
+    The catalog is read now, not as of the WAL position: after a key change, the current key is
+    used (as Debezium does). A type the catalog no longer has keeps the name pgoutput sent.
+    """
+    ((primary_key,),) = _rows(
+        conn,
+        """
+        SELECT coalesce(array_agg(a.attname::text ORDER BY array_position(i.indkey, a.attnum)),
+                        '{}')
+        FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = %s AND i.indisprimary
+        """,
+        (relation.oid,),
+    )
+    oids = [c.type_oid for c in relation.columns]
+    mods = [c.type_modifier for c in relation.columns]
+    rows = _rows(
+        conn,
+        "SELECT format_type(o, nullif(m, -1)) FROM unnest(%s::oid[], %s::int[]) "
+        "WITH ORDINALITY AS x(o, m, i) ORDER BY i",
+        (oids, mods),
+    )
+    names = [str(n) if n is not None and not str(n).startswith("???") else "" for (n,) in rows]
+    columns = tuple(
+        ColumnDescriptor(
+            c.name, c.type_oid, c.type_modifier,
+            names[i] or type_names.get(c.type_oid, str(c.type_oid)), c.is_key,
+        )
+        for i, c in enumerate(relation.columns)
+    )  # fmt: skip
+    return RelationDescriptor(
+        oid=relation.oid,
+        version=0,
+        schema=relation.namespace or "pg_catalog",
+        table=relation.name,
+        replica_identity=relation.replica_identity,
+        columns=columns,
+        primary_key=tuple(str(c) for c in primary_key),
+    )

@@ -1,0 +1,33 @@
+"""Regular and replication connections to the source (psycopg 3); errors keep secrets out."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from cdc_core.config import Dsn
+from cdc_core.errors import TransientError
+
+APPLICATION_NAME = "cdc-lake"
+CONNECT_TIMEOUT_S = 10
+
+
+def connect(
+    dsn: Dsn, *, autocommit: bool = True, replication: bool = False
+) -> psycopg.Connection[tuple[object, ...]]:
+    """Open a connection; `replication=True` opens a logical replication (walsender) session.
+
+    A server that cannot be reached is a `TransientError` (it may be restarting); the message
+    shows the connection string without its password.
+    """
+    conninfo = make_conninfo(
+        dsn.conninfo,
+        application_name=APPLICATION_NAME,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        **({"replication": "database"} if replication else {}),
+    )
+    try:
+        return psycopg.connect(conninfo, autocommit=autocommit)
+    except psycopg.OperationalError as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TransientError(f"cannot connect to PostgreSQL at {dsn.redacted}: {reason}") from e

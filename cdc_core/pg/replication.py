@@ -1,0 +1,216 @@
+"""Reading a slot: the streaming replication protocol (COPY BOTH) or bounded SQL peeks.
+
+Both yield `(lsn, message bytes)` pairs in the order the server decodes them, plus marks:
+`CaughtUp(p)` (the server has sent everything before `p`) and, for peeks, `Checkpoint`
+(stage what came so far before the next peek). Neither moves the slot on its own: `confirm`
+is called with positions that are durably staged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import pq
+
+from cdc_core.config import Dsn
+from cdc_core.errors import TerminalError, TransientError
+from cdc_core.lsn import Lsn
+from cdc_core.pg.connect import connect
+from cdc_core.pg.slot import advance_slot, flush_position, slot_state
+
+PG_EPOCH_US = 946_684_800_000_000
+_XLOG_HEADER = struct.Struct(">QQq")
+_KEEPALIVE = struct.Struct(">QqB")
+_STATUS = struct.Struct(">cQQQqB")
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """The server has sent every change before `position`."""
+
+    position: Lsn
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Stage and confirm everything received so far before more is read."""
+
+
+Event = tuple[int, bytes] | CaughtUp | Checkpoint
+
+
+def _options(publication: str) -> list[str]:
+    """pgoutput options as name, value pairs (protocol 1: whole transactions after commit)."""
+    names = '"' + publication.replace('"', '""') + '"'  # one identifier, as pgoutput parses it
+    return ["proto_version", "1", "publication_names", names, "messages", "true"]
+
+
+class StreamSource:
+    """The streaming replication protocol through psycopg's COPY BOTH support."""
+
+    def __init__(self, dsn: Dsn, slot: str, publication: str, *, idle_probe_s: float = 0.1,
+                 status_interval_s: float = 10.0) -> None:  # fmt: skip
+        self.dsn, self.slot, self.publication = dsn, slot, publication
+        self.idle_probe_s = idle_probe_s
+        self.status_interval_s = status_interval_s
+        self.conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self.flushed = 0
+        self._last_status = 0.0
+
+    def open(self, start: Lsn) -> None:
+        """START_REPLICATION from `start` (the server never goes back past its confirmed point)."""
+        self.conn = connect(self.dsn, replication=True)
+        opts = _options(self.publication)
+        pairs = ", ".join(
+            f"{k} '{v.replace(chr(39), chr(39) * 2)}'"
+            for k, v in zip(opts[::2], opts[1::2], strict=True)
+        )
+        command = f"START_REPLICATION SLOT {self.slot} LOGICAL {start} ({pairs})"
+        result = self.conn.pgconn.exec_(command.encode())
+        if result.status != pq.ExecStatus.COPY_BOTH:
+            message = (result.error_message or b"").decode(errors="replace").strip()
+            self.close()
+            if "is active for PID" in message:
+                raise TransientError(
+                    f"replication slot {self.slot!r} is in use by another process: {message}"
+                )
+            raise TerminalError(f"START_REPLICATION on slot {self.slot!r} failed: {message}")
+        self.flushed = max(self.flushed, start.value)
+
+    def events(self) -> Iterator[Event]:
+        """Messages and keepalive positions, until the connection ends (a `TransientError`)."""
+        assert self.conn is not None
+        pgconn = self.conn.pgconn
+        sock = pgconn.socket
+        probe_at = time.monotonic() + self.idle_probe_s
+        while True:
+            n, buf = pgconn.get_copy_data(1)
+            if n > 0:
+                kind = buf[0]
+                if kind == 0x77:  # 'w' XLogData: start, WAL end, send time, one pgoutput message
+                    yield _XLOG_HEADER.unpack_from(buf, 1)[0], bytes(buf[25:])
+                elif kind == 0x6B:  # 'k' keepalive: WAL end, send time, reply requested
+                    wal_end, _, reply = _KEEPALIVE.unpack_from(buf, 1)
+                    if reply:
+                        self._status(request_reply=False)
+                    yield CaughtUp(Lsn(wal_end))
+                probe_at = time.monotonic() + self.idle_probe_s
+                continue
+            if n < 0:
+                raise TransientError(
+                    f"replication stream on slot {self.slot!r} ended: {self._error()}"
+                )
+            now = time.monotonic()
+            if now >= probe_at:  # idle: ask for a keepalive, which tells how far the server is
+                self._status(request_reply=True)
+                probe_at = now + self.idle_probe_s
+            elif now - self._last_status >= self.status_interval_s:
+                self._status(request_reply=False)
+            try:
+                select.select([sock], [], [], self.idle_probe_s)
+                pgconn.consume_input()
+            except (OSError, psycopg.OperationalError) as e:
+                raise TransientError(f"replication connection lost: {e}") from e
+
+    def _error(self) -> str:
+        assert self.conn is not None
+        return (
+            (self.conn.pgconn.error_message or b"connection closed")
+            .decode(errors="replace")
+            .strip()
+        )
+
+    def confirm(self, position: Lsn) -> None:
+        """Report `position` as flushed: everything before it is durably staged."""
+        if position.value > self.flushed:
+            self.flushed = position.value
+            self._status(request_reply=False)
+
+    def _status(self, *, request_reply: bool) -> None:
+        assert self.conn is not None
+        now_pg = time.time_ns() // 1000 - PG_EPOCH_US
+        f = self.flushed
+        message = _STATUS.pack(b"r", f, f, f, now_pg, int(request_reply))
+        try:
+            self.conn.pgconn.put_copy_data(message)
+            self.conn.pgconn.flush()
+        except psycopg.OperationalError as e:
+            raise TransientError(f"replication connection lost: {e}") from e
+        self._last_status = time.monotonic()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            if not self.conn.closed:
+                # if the connection is gone, the slot keeps what it last confirmed
+                with contextlib.suppress(TransientError):
+                    self._status(request_reply=False)
+                self.conn.close()
+            self.conn = None
+
+
+class SqlSource:
+    """`pg_logical_slot_peek_binary_changes` bounded by LSN and count, then an advance."""
+
+    def __init__(self, dsn: Dsn, slot: str, publication: str, *, peek_changes: int = 100_000,
+                 work_mem: str = "256MB") -> None:  # fmt: skip
+        self.dsn, self.slot, self.publication = dsn, slot, publication
+        self.peek_changes = peek_changes
+        self.work_mem = work_mem
+        self.conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self.confirmed = Lsn(0)
+
+    def open(self, start: Lsn) -> None:
+        self.conn = connect(self.dsn, autocommit=True)
+        # a peek materializes its result: keep a bounded batch in memory instead of a temp file
+        self.conn.execute("SELECT set_config('work_mem', %s, false)", (self.work_mem,))
+        state = slot_state(self.conn, self.slot)
+        if state is None:
+            raise TerminalError(f"replication slot {self.slot!r} does not exist")
+        self.confirmed = state.confirmed_flush
+        self.confirm(start)
+
+    def events(self, upto: Lsn | None = None) -> Iterator[Event]:
+        """Peek after peek until one returns nothing before `upto` (the flush position if None)."""
+        assert self.conn is not None
+        options = _options(self.publication)
+        query = (
+            "SELECT (lsn - '0/0')::bigint, data FROM pg_logical_slot_peek_binary_changes("
+            "%s, %s::pg_lsn, %s, " + ", ".join(["%s"] * len(options)) + ")"
+        )
+        while True:
+            limit = upto or flush_position(self.conn)
+            rows = 0
+            try:
+                with self.conn.transaction(), self.conn.cursor(name="cdc_peek", binary=True) as cur:
+                    cur.itersize = 10_000
+                    cur.execute(query, (self.slot, str(limit), self.peek_changes, *options))
+                    for lsn, data in cur:
+                        rows += 1
+                        yield int(lsn), bytes(data)  # type: ignore[call-overload]
+            except psycopg.OperationalError as e:
+                raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
+            if rows == 0:
+                yield CaughtUp(limit)
+                return
+            yield Checkpoint()
+
+    def confirm(self, position: Lsn) -> None:
+        """Advance the slot to `position`; the server refuses to move a slot backwards."""
+        assert self.conn is not None
+        if position <= self.confirmed:
+            return
+        try:
+            self.confirmed = advance_slot(self.conn, self.slot, position)
+        except psycopg.OperationalError as e:
+            raise TransientError(f"advancing slot {self.slot!r} failed: {e}") from e
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None

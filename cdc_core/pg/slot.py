@@ -1,0 +1,162 @@
+"""Idempotent publication and slot set-up, slot state, and advancing the slot past staged data."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from cdc_core.config.model import AutocreateMode
+from cdc_core.errors import TerminalError
+from cdc_core.identifiers import TableName
+from cdc_core.lsn import Lsn
+from cdc_core.pg import catalog
+from cdc_core.pg.catalog import Connection
+from cdc_core.pg.pgoutput import ReplicaIdentity
+
+PLUGIN = "pgoutput"
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """A logical slot as the server reports it."""
+
+    name: str
+    confirmed_flush: Lsn
+    restart: Lsn | None
+    wal_status: str | None
+    active_pid: int | None
+
+
+def _identifiers(tables: Sequence[TableName]) -> sql.Composable:
+    return sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in tables)
+
+
+def _check_publishable(conn: Connection, tables: Sequence[TableName]) -> None:
+    """Refuse tables that are missing, or whose UPDATE/DELETE would start failing on the source.
+
+    A table without a key under REPLICA IDENTITY DEFAULT (or with NOTHING) rejects UPDATE and
+    DELETE once a publication publishes them, so adding it would break the application.
+    """
+    infos = catalog.table_info(conn, tables)
+    for table, info in infos.items():
+        if info is None:
+            raise TerminalError(f"table {table} does not exist (check source.tables)")
+        if info.replica_identity is ReplicaIdentity.FULL or info.identity_columns:
+            continue
+        raise TerminalError(
+            f"table {table} has no primary key and REPLICA IDENTITY "
+            f"{info.replica_identity.name}: publishing it would make its UPDATEs and DELETEs "
+            f"fail on the source. Run ALTER TABLE {table} REPLICA IDENTITY FULL (or add a "
+            "primary key), then run again"
+        )
+
+
+def ensure_publication(
+    conn: Connection, name: str, tables: Sequence[TableName], mode: AutocreateMode
+) -> None:
+    """Make publication `name` publish `tables`, per Debezium's `publication.autocreate.mode`.
+
+    An existing publication is used as it is defined; with `filtered`, configured tables it
+    lacks are added (never removed: another consumer may rely on them).
+    """
+    existing = catalog.publication_info(conn, name)
+    pub = sql.Identifier(name)
+    if existing is None:
+        if mode == "disabled":
+            raise TerminalError(
+                f"publication {name!r} does not exist and publication.autocreate.mode is "
+                f"disabled: create it with CREATE PUBLICATION {pub.as_string(conn)} FOR TABLE "
+                f"{_identifiers(tables).as_string(conn)}"
+            )
+        _check_publishable(conn, tables)
+        if mode == "all_tables":
+            _execute(conn, sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(pub))
+        else:
+            _execute(
+                conn,
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub, _identifiers(tables)),
+            )
+        return
+    if existing.all_tables or mode != "filtered":
+        return
+    missing = [t for t in tables if t not in existing.tables]
+    if missing:
+        _check_publishable(conn, missing)
+        _execute(
+            conn, sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, _identifiers(missing))
+        )
+
+
+def _execute(conn: Connection, statement: sql.Composed) -> None:
+    try:
+        conn.execute(statement)
+    except psycopg.errors.InsufficientPrivilege as e:
+        raise TerminalError(
+            f"not allowed to run {statement.as_string(conn)}: {e.diag.message_primary}; "
+            "run it as the tables' owner (cdc doctor shows the grants needed)"
+        ) from e
+
+
+def slot_state(conn: Connection, name: str) -> SlotState | None:
+    """The slot's positions and health, or None when it does not exist."""
+    row = conn.execute(
+        "SELECT confirmed_flush_lsn::text, restart_lsn::text, wal_status, active_pid "
+        "FROM pg_replication_slots WHERE slot_name = %s",
+        (name,),
+    ).fetchone()
+    if row is None:
+        return None
+    confirmed, restart, wal_status, active_pid = row
+    return SlotState(
+        name,
+        Lsn.parse(str(confirmed)) if confirmed else Lsn(0),
+        Lsn.parse(str(restart)) if restart else None,
+        None if wal_status is None else str(wal_status),
+        None if active_pid is None else int(str(active_pid)),
+    )
+
+
+def ensure_slot(conn: Connection, name: str) -> SlotState:
+    """Create logical slot `name` (pgoutput) if missing; refuse a slot that is not ours to use."""
+    info = catalog.slot_info(conn, name)
+    database = catalog.current_database(conn).name
+    if info is None:
+        # created concurrently: it is checked below like any existing slot
+        with contextlib.suppress(psycopg.errors.DuplicateObject):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (name, PLUGIN))
+        info = catalog.slot_info(conn, name)
+    assert info is not None
+    if info.slot_type != "logical" or info.plugin != PLUGIN or info.database != database:
+        raise TerminalError(
+            f"replication slot {name!r} exists but is a {info.slot_type} slot using "
+            f"{info.plugin or 'no plugin'} on database {info.database or '-'}; this pipeline "
+            f"needs a logical {PLUGIN} slot on {database}: choose another source.slot or drop "
+            f"it with SELECT pg_drop_replication_slot('{name}')"
+        )
+    state = slot_state(conn, name)
+    assert state is not None
+    if state.wal_status == "lost":
+        raise TerminalError(
+            f"replication slot {name!r} has lost WAL it needed (wal_status = lost): changes are "
+            "missing. Drop the slot and take a new snapshot"
+        )
+    return state
+
+
+def advance_slot(conn: Connection, name: str, to: Lsn) -> Lsn:
+    """Move the slot's confirmed position forward to `to` (never backwards); returns it."""
+    row = conn.execute(
+        "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)", (name, str(to))
+    ).fetchone()
+    return Lsn.parse(str(row[0])) if row and row[0] else to
+
+
+def flush_position(conn: Connection) -> Lsn:
+    """The server's WAL flush position: logical decoding never reads past it."""
+    row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    assert row is not None
+    return Lsn.parse(str(row[0]))

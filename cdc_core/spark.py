@@ -1,0 +1,114 @@
+"""The one place that builds a SparkSession: Delta extensions, the product's jars, env settings.
+
+With `spark.jars: resolve` the Delta and PostgreSQL JDBC jars come from `cdc_core.jars` (Maven
+Central once, then a local cache). Launched by plain `python`, they go on the command line of
+the JVM PySpark starts. Under `spark-submit` the JVM already runs, so they are added to its
+driver class loader before the SparkContext exists, and shipped to executors with
+`spark.jars`. With `spark.jars: provided` (Databricks) nothing is added.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+
+from cdc_core.config import SparkSettings
+from cdc_core.errors import SetupError
+from cdc_core.jars import default_coordinates, resolve
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+# Settings the product relies on, whatever the environment says.
+_RUNTIME = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+}
+
+
+def build_spark(settings: SparkSettings, app_name: str = "cdc") -> SparkSession:
+    """The session for `settings`; an already active session (notebook, test) is reused."""
+    session = SparkSession.getActiveSession()
+    if session is None:
+        session = _new_session(settings, app_name)
+    for key, value in _RUNTIME.items():
+        session.conf.set(key, value)
+    _require_delta(session, settings)
+    return session
+
+
+def _launched_by_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _new_session(settings: SparkSettings, app_name: str) -> SparkSession:
+    builder = SparkSession.builder.appName(app_name)
+    jars: list[Path] = []
+    if settings.jars == "resolve":
+        jars = resolve(default_coordinates(settings.packages))
+    submitted = _launched_by_spark_submit()
+    if not submitted:
+        builder = builder.master(settings.master)
+    conf = dict(settings.conf)
+    if jars:
+        if submitted:
+            _add_to_driver_class_loader(jars)
+        conf["spark.jars"] = _join_jars(jars, conf.get("spark.jars", ""))
+    if settings.jars == "resolve" or DELTA_EXTENSION not in conf.get("spark.sql.extensions", ""):
+        extensions = [e for e in conf.get("spark.sql.extensions", "").split(",") if e]
+        conf["spark.sql.extensions"] = ",".join(dict.fromkeys([DELTA_EXTENSION, *extensions]))
+        conf.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _join_jars(jars: Sequence[Path], existing: str) -> str:
+    return ",".join([*(str(j) for j in jars), *(e for e in existing.split(",") if e)])
+
+
+def _add_to_driver_class_loader(jars: Sequence[Path]) -> None:
+    """spark-submit started the JVM without our jars: add them before the SparkContext exists."""
+    SparkContext._ensure_initialized()  # connects to spark-submit's gateway
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    if not hasattr(loader, "addURL"):
+        raise SetupError(
+            "spark-submit's class loader does not accept jars at run time: pass them with "
+            "--jars, or set spark.jars: provided if the cluster has Delta"
+        )
+    for jar in jars:
+        loader.addURL(jvm.java.io.File(str(jar)).toURI().toURL())
+
+
+def delta_available(session: SparkSession) -> bool:
+    """Whether Delta's catalog class is loadable in the driver JVM."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        jvm.java.lang.Class.forName(DELTA_CATALOG, False, loader)
+    except Exception as e:  # py4j wraps ClassNotFoundException
+        if "ClassNotFoundException" in str(e):
+            return False
+        raise
+    return True
+
+
+def _require_delta(session: SparkSession, settings: SparkSettings) -> None:
+    if delta_available(session):
+        return
+    if settings.jars == "provided":
+        raise SetupError(
+            "Delta Lake is not on this cluster's classpath although spark.jars is 'provided': "
+            "install io.delta:delta-spark on the cluster, or set spark.jars: resolve"
+        )
+    raise SetupError(
+        "Delta Lake did not load into Spark: the session was created before the jars were "
+        "added; build it with cdc_core.spark.build_spark before any other SparkSession"
+    )

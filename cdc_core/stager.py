@@ -1,0 +1,264 @@
+"""Stage 2: committed transactions -> durable Parquet change files named by LSN range.
+
+A file holds whole transactions: it is written under `_staging/tmp/`, fsynced, then renamed to
+`_staging/changes/<first commit LSN>_<last end LSN>.parquet`, so no reader sees half a file and
+names sort in LSN order. Values stay as pgoutput sent them (raw tuple bytes, lossless); the
+footer's `cdc` metadata holds the Relation descriptors needed to read them without the server.
+A large transaction is written in row groups as it arrives, so it never sits in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cdc_core.errors import TerminalError
+from cdc_core.events import ChangeChunk, RelationDescriptor
+from cdc_core.lsn import Lsn
+
+FORMAT_VERSION = 1
+METADATA_KEY = b"cdc"
+
+SCHEMA = pa.schema(
+    [
+        ("commit_lsn", pa.int64()),
+        ("xid", pa.int64()),
+        ("commit_time_us", pa.int64()),
+        ("lsn", pa.int64()),
+        ("seq", pa.int32()),
+        ("op", pa.string()),
+        ("relation_oid", pa.int64()),
+        ("relation_version", pa.int32()),
+        ("old_kind", pa.string()),
+        ("old_tuple", pa.binary()),
+        ("new_tuple", pa.binary()),
+        ("message_prefix", pa.string()),
+        ("message_content", pa.binary()),
+        ("truncate_options", pa.int8()),
+    ]
+)
+_CHUNK_COLUMNS = ("lsn", "op", "relation_oid", "relation_version", "old_kind", "old_tuple",
+                  "new_tuple", "message_prefix", "message_content", "truncate_options")  # fmt: skip
+
+
+@dataclass(frozen=True, order=True)
+class StagedFile:
+    """A staged change file: whole transactions from commit LSN `start` to end LSN `end`."""
+
+    start: Lsn
+    end: Lsn
+
+    SUFFIX = ".parquet"
+
+    @classmethod
+    def parse(cls, name: str) -> StagedFile:
+        stem = name.removesuffix(cls.SUFFIX)
+        start, sep, end = stem.partition("_")
+        if not sep or not name.endswith(cls.SUFFIX):
+            raise ValueError(f"{name!r} is not a staged change file name")
+        return cls(Lsn.parse(start), Lsn.parse(end))
+
+    @property
+    def id(self) -> str:
+        """Stable identity of the file, used by the stages after staging."""
+        return f"{self.start.hex16}_{self.end.hex16}"
+
+    def __str__(self) -> str:
+        return self.id + self.SUFFIX
+
+
+def staged_files(folder: Path) -> list[StagedFile]:
+    """Every published file, in LSN order."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        try:
+            found.append(StagedFile.parse(path.name))
+        except ValueError:
+            continue  # not ours
+    return sorted(found)
+
+
+def read_metadata(path: Path) -> dict[str, object]:
+    """The `cdc` footer metadata of a staged file."""
+    meta = pq.read_metadata(path).metadata or {}
+    if METADATA_KEY not in meta:
+        raise TerminalError(f"{path} has no cdc metadata: it is not a staged change file")
+    data: dict[str, object] = json.loads(meta[METADATA_KEY])
+    return data
+
+
+def relations_of(path: Path) -> dict[tuple[int, int], RelationDescriptor]:
+    """The Relation descriptors of a staged file, by (oid, version)."""
+    raw = read_metadata(path)["relations"]
+    assert isinstance(raw, list)
+    out = [RelationDescriptor.from_json(r) for r in raw]
+    return {(r.oid, r.version): r for r in out}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a row group is written and when a file is published (at a transaction boundary)."""
+
+    row_group_changes: int = 100_000
+    row_group_bytes: int = 64 << 20
+    file_changes: int = 1_000_000
+    file_bytes: int = 256 << 20
+
+
+class Stager:
+    """Appends chunks to the open file and publishes it atomically at transaction boundaries."""
+
+    def __init__(self, folder: Path, tmp: Path, *, limits: Limits = Limits(),
+                 compression: str = "zstd") -> None:  # fmt: skip
+        self.folder, self.tmp = folder, tmp
+        self.limits = limits
+        self.compression = compression
+        self.relations: dict[tuple[int, int], RelationDescriptor] = {}
+        existing = staged_files(folder)
+        self.published_end = existing[-1].end if existing else Lsn(0)
+        self.last_end = self.published_end
+        self.published: list[StagedFile] = []
+        self._reset_file()
+
+    def _reset_file(self) -> None:
+        self._columns: dict[str, list[object]] = {f.name: [] for f in SCHEMA}
+        self._buffered = self._buffered_bytes = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._path: Path | None = None
+        self._file_start: int | None = None
+        self._file_rows = self._file_bytes = self._transactions = 0
+        self._file_relations: set[tuple[int, int]] = set()
+        self._in_transaction = False
+
+    def recover(self) -> None:
+        """Remove files a killed run left half written; nothing ever read them."""
+        if self.tmp.is_dir():
+            for leftover in self.tmp.iterdir():
+                leftover.unlink()
+
+    @property
+    def pending(self) -> bool:
+        """Whether changes are held that are not yet in a published file."""
+        return self._file_rows > 0 or self._in_transaction
+
+    def durable_end(self) -> Lsn:
+        """How far the slot may be confirmed: nothing before this is unstaged."""
+        return self.published_end if self.pending else max(self.published_end, self.last_end)
+
+    def add(self, chunk: ChangeChunk) -> StagedFile | None:
+        """Take a chunk; returns the file published when this chunk completed one."""
+        for r in chunk.relations:
+            self.relations[(r.oid, r.version)] = r
+        if len(chunk):
+            self._append(chunk)
+        self._in_transaction = not chunk.last
+        if not chunk.last:
+            return None
+        self.last_end = Lsn(chunk.end_lsn)
+        if len(chunk) or chunk.first_seq:
+            self._transactions += 1
+        full = (
+            self._file_rows >= self.limits.file_changes
+            or self._file_bytes >= self.limits.file_bytes
+        )
+        return self.flush() if full else None
+
+    def _append(self, chunk: ChangeChunk) -> None:
+        n = len(chunk)
+        if self._file_start is None:
+            self._file_start = chunk.commit_lsn
+        cols = self._columns
+        cols["commit_lsn"].extend([chunk.commit_lsn] * n)
+        cols["xid"].extend([chunk.xid] * n)
+        cols["commit_time_us"].extend([chunk.commit_time_us] * n)
+        cols["seq"].extend(range(chunk.first_seq, chunk.first_seq + n))
+        for name in _CHUNK_COLUMNS:
+            cols[name].extend(getattr(chunk, name))
+        for oid, version in zip(chunk.relation_oid, chunk.relation_version, strict=True):
+            if oid is not None and version is not None:
+                self._file_relations.add((oid, version))
+        self._buffered += n
+        self._buffered_bytes += chunk.nbytes
+        self._file_rows += n
+        self._file_bytes += chunk.nbytes
+        if (self._buffered >= self.limits.row_group_changes
+                or self._buffered_bytes >= self.limits.row_group_bytes):  # fmt: skip
+            self._write_row_group()
+
+    def _write_row_group(self) -> None:
+        if not self._buffered:
+            return
+        if self._writer is None:
+            self.tmp.mkdir(parents=True, exist_ok=True)
+            self._path = self.tmp / f"{uuid.uuid4().hex}.parquet"
+            self._writer = pq.ParquetWriter(self._path, SCHEMA, compression=self.compression)
+        arrays = [pa.array(self._columns[f.name], f.type) for f in SCHEMA]
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA))
+        self._columns = {f.name: [] for f in SCHEMA}
+        self._buffered = self._buffered_bytes = 0
+
+    def flush(self) -> StagedFile | None:
+        """Publish the open file (it ends at a transaction boundary); None when it is empty."""
+        if self._in_transaction:
+            raise RuntimeError("flush inside a transaction: files hold whole transactions only")
+        if not self._file_rows:
+            return None
+        self._write_row_group()
+        assert self._writer is not None
+        assert self._path is not None
+        assert self._file_start is not None
+        staged = StagedFile(Lsn(self._file_start), self.last_end)
+        self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self._metadata(staged))})
+        self._writer.close()
+        _fsync(self._path)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        os.rename(self._path, self.folder / str(staged))
+        _fsync(self.folder)
+        self.published_end = staged.end
+        self.published.append(staged)
+        self._reset_file()
+        return staged
+
+    def _metadata(self, staged: StagedFile) -> dict[str, object]:
+        return {
+            "format": FORMAT_VERSION,
+            "start_lsn": str(staged.start),
+            "end_lsn": str(staged.end),
+            "transactions": self._transactions,
+            "changes": self._file_rows,
+            "staged_at_us": time.time_ns() // 1000,
+            "relations": [self.relations[k].to_json() for k in sorted(self._file_relations)],
+        }
+
+    def abort(self) -> None:
+        """Drop the open file (the transactions in it will be read again)."""
+        if self._writer is not None:
+            self._writer.close()
+        if self._path is not None:
+            self._path.unlink(missing_ok=True)
+        self.last_end = self.published_end
+        self._reset_file()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def iter_rows(path: Path) -> Iterator[dict[str, object]]:
+    """Every staged change of a file as a dict (tests and tools; not a hot path)."""
+    for batch in pq.ParquetFile(path).iter_batches():
+        yield from batch.to_pylist()

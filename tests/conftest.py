@@ -1,0 +1,59 @@
+"""Test tiers (unit, spark, integration): a per-tier summary, and no silent skips under CI."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+TIERS = ("unit", "spark", "integration")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def tier_of(nodeid: str) -> str:
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+
+
+def unavailable(what: str) -> None:
+    """A missing PostgreSQL or Delta: a failure under CI=true, a skip on a developer machine."""
+    if IN_CI:
+        pytest.fail(f"{what} (CI=true: a missing dependency is a failure, not a skip)")
+    pytest.skip(what)
+
+
+def _outcomes(reporter: pytest.TerminalReporter) -> Counter[tuple[str, str]]:
+    counts: Counter[tuple[str, str]] = Counter()
+    for outcome in ("passed", "failed", "skipped", "error", "xfailed", "xpassed"):
+        for report in reporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            when = getattr(report, "when", "call")
+            if nodeid and (when == "call" or outcome in ("skipped", "error")):
+                counts[(tier_of(nodeid), outcome)] += 1
+    return counts
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    counts = _outcomes(terminalreporter)
+    terminalreporter.section("tests run per tier")
+    for tier in (*TIERS, "other"):
+        row = {o: counts[(tier, o)] for o in ("passed", "failed", "error", "skipped")}
+        if tier == "other" and not any(row.values()):
+            continue
+        ran = row["passed"] + row["failed"] + row["error"]
+        terminalreporter.write_line(
+            f"{tier:<12} {ran:>4} ran: {row['passed']} passed, {row['failed']} failed, "
+            f"{row['error']} errors, {row['skipped']} skipped"
+        )
+    skipped = sum(n for (_, o), n in counts.items() if o == "skipped")
+    if IN_CI and skipped:
+        terminalreporter.write_line(
+            f"CI=true: {skipped} skipped test(s) count as failures", red=True
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if IN_CI and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,75 @@
+"""A real PostgreSQL for the integration tier: `CDC_TEST_PG_DSN`, or a throwaway local cluster."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from cdc_core.errors import SetupError
+from cdc_core.pg.local import LocalPostgres, throwaway_cluster
+from tests.conftest import unavailable
+
+
+@dataclass(frozen=True)
+class PgServer:
+    """A server the tests may create databases, roles, slots and publications on."""
+
+    base_dsn: str
+    cluster: LocalPostgres | None = None
+
+    def dsn(self, dbname: str = "postgres", user: str | None = None) -> str:
+        params = conninfo_to_dict(self.base_dsn)
+        params["dbname"] = dbname
+        if user is not None:
+            params["user"] = user
+            params.pop("password", None)
+        return make_conninfo(**params)  # type: ignore[arg-type]
+
+    def execute(self, query: str | sql.Composable, dbname: str = "postgres") -> None:
+        with psycopg.connect(self.dsn(dbname), autocommit=True) as conn:
+            conn.execute(query)  # type: ignore[arg-type]
+
+    def create_database(self, prefix: str = "t") -> str:
+        """A new empty database with a unique name; returns its name."""
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        self.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE database = %s AND NOT active",
+                (name,),
+            )
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PgServer]:
+    external = os.environ.get("CDC_TEST_PG_DSN")
+    if external:
+        yield PgServer(external)
+        return
+    try:
+        with throwaway_cluster("it") as cluster:
+            yield PgServer(cluster.dsn(), cluster)
+    except SetupError as e:
+        unavailable(f"no PostgreSQL for the integration tier: {e}")
+
+
+@pytest.fixture
+def database(pg: PgServer) -> Iterator[str]:
+    """A fresh database for one test, dropped (with its slots) afterwards."""
+    name = pg.create_database()
+    yield name
+    pg.drop_database(name)

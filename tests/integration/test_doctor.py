@@ -1,0 +1,473 @@
+"""`cdc doctor` against a real PostgreSQL: each check passes on a good source and names the fix."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from cdc_core.config import Config, load_pipeline
+from cdc_core.errors import SetupError
+from cdc_core.identifiers import TableName
+from cdc_core.pg import catalog
+from cdc_core.pg.doctor import Check, DoctorReport, format_report, run_doctor
+from cdc_core.pg.local import LocalPostgres, free_port, throwaway_cluster
+from cdc_core.pg.pgoutput import ReplicaIdentity
+from tests.conftest import unavailable
+from tests.integration.conftest import PgServer
+
+SHOP = """
+CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL);
+CREATE TABLE orders (id bigint PRIMARY KEY, customer_id bigint REFERENCES customers, total numeric);
+"""
+ROLE_PASSWORD = "doctor-test"
+
+
+def make_config(
+    home: Path,
+    dsn: str,
+    tables: Sequence[str] = ("public.customers", "public.orders"),
+    *,
+    slot: str = "orders_cdc",
+    publication: str = "orders_cdc",
+) -> Config:
+    """A pipeline `orders` and an environment `local` written under `home`, loaded as the CLI does."""
+    (home / "pipelines").mkdir(exist_ok=True)
+    (home / "conf").mkdir(exist_ok=True)
+    pipeline = {
+        "name": "orders",
+        "source": {"dsn": dsn, "slot": slot, "publication": publication, "tables": list(tables)},
+        "target": {"root": str(home / "lake")},
+    }
+    (home / "pipelines" / "orders.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
+    (home / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
+    return load_pipeline("orders", "local", home=home, environ={})
+
+
+def check(report: DoctorReport, name: str) -> Check:
+    found = [c for c in report.checks if c.name == name]
+    assert found, f"no check {name!r} in {[c.name for c in report.checks]}"
+    return found[0]
+
+
+def failed(report: DoctorReport) -> list[str]:
+    return [c.name for c in report.checks if c.status == "fail"]
+
+
+def run(pg: PgServer | LocalPostgres, dbname: str, statements: str) -> None:
+    """Run SQL as the superuser."""
+    with psycopg.connect(pg.dsn(dbname), autocommit=True) as conn:
+        conn.execute(statements.encode())  # several statements: the simple query protocol
+
+
+def role_dsn(pg: PgServer, dbname: str, user: str) -> str:
+    """The role's conninfo; the password matters only where the server asks for one."""
+    return make_conninfo(pg.dsn(dbname, user=user), password=ROLE_PASSWORD)
+
+
+@pytest.fixture
+def shop(pg: PgServer, database: str) -> str:
+    run(pg, database, SHOP)
+    return database
+
+
+@pytest.fixture
+def role(pg: PgServer, database: str) -> Iterator[str]:
+    """A LOGIN role without REPLICATION or any grant; dropped with what it owns."""
+    name = f"cdc_{uuid.uuid4().hex[:8]}"
+    create = sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}")
+    pg.execute(create.format(sql.Identifier(name), sql.Literal(ROLE_PASSWORD)))
+    yield name
+    drop_owned = sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name))
+    pg.execute(drop_owned, database)
+    pg.execute(drop_owned)
+    pg.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_a_well_set_up_source_passes_every_check(pg: PgServer, shop: str, tmp_path: Path) -> None:
+    report = run_doctor(make_config(tmp_path, pg.dsn(shop)))
+
+    assert failed(report) == []
+    assert report.ok
+    assert [c.name for c in report.checks] == [
+        "connect", "server_version", "wal_level", "max_replication_slots", "max_wal_senders",
+        "replication_role", "replication_connection", "publication", "slot",
+        "table public.customers", "table public.orders",
+        "replica_identity public.customers", "replica_identity public.orders", "encoding",
+    ]  # fmt: skip
+    assert {c.status for c in report.checks} == {"pass"}
+    assert check(report, "replica_identity public.orders").detail == 'primary key ("id")'
+    assert format_report(report).endswith(f"{len(report.checks)} passed, 0 failed")
+
+
+def test_a_table_without_primary_key_fails_until_replica_identity_full(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    run(pg, shop, "CREATE TABLE events (at timestamptz, payload jsonb)")
+    config = make_config(tmp_path, pg.dsn(shop), ["public.orders", "public.events"])
+
+    first = check(run_doctor(config), "replica_identity public.events")
+    assert first.status == "fail"
+    assert "no primary key" in first.detail
+    assert first.fix is not None
+    fix = first.fix.splitlines()[0]
+    assert fix == 'ALTER TABLE "public"."events" REPLICA IDENTITY FULL;'
+
+    run(pg, shop, fix)
+    again = run_doctor(config)
+    assert check(again, "replica_identity public.events").status == "pass"
+    assert again.ok
+
+
+def test_a_primary_key_with_replica_identity_nothing_fails(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    run(pg, shop, "ALTER TABLE orders REPLICA IDENTITY NOTHING")
+
+    result = check(
+        run_doctor(make_config(tmp_path, pg.dsn(shop))), "replica_identity public.orders"
+    )
+
+    assert result.status == "fail"
+    assert result.fix == 'ALTER TABLE "public"."orders" REPLICA IDENTITY DEFAULT;'
+
+
+def test_replica_identity_using_a_unique_index_passes(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    run(pg, shop, """
+        CREATE TABLE skus (code text NOT NULL, region text NOT NULL, price numeric);
+        CREATE UNIQUE INDEX skus_code_region ON skus (code, region);
+        ALTER TABLE skus REPLICA IDENTITY USING INDEX skus_code_region;
+    """)  # fmt: skip
+
+    report = run_doctor(make_config(tmp_path, pg.dsn(shop), ["public.skus"]))
+
+    result = check(report, "replica_identity public.skus")
+    assert result.status == "pass"
+    assert result.detail == 'USING INDEX skus_code_region ("code", "region")'
+
+
+def test_a_missing_table_is_named_with_a_close_match(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    report = run_doctor(make_config(tmp_path, pg.dsn(shop), ["public.customers", "public.ordrs"]))
+
+    missing = check(report, "table public.ordrs")
+    assert missing.status == "fail"
+    assert missing.detail == "public.ordrs does not exist (did you mean public.orders?)"
+    assert missing.fix is not None
+    assert missing.fix.endswith("source.tables: write public.orders instead of public.ordrs")
+    assert check(report, "replica_identity public.ordrs").status == "skip"
+    assert failed(report) == ["table public.ordrs"]
+
+
+def test_a_role_without_replication_fails_with_the_alter_role_fix(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    run(pg, shop, f'GRANT SELECT ON customers, orders TO "{role}"')
+    config = make_config(tmp_path, role_dsn(pg, shop, role))
+
+    report = run_doctor(config)
+    result = check(report, "replication_role")
+    assert result.status == "fail"
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == f'ALTER ROLE "{role}" WITH REPLICATION;'
+    assert check(report, "replication_connection").status == "skip"
+
+    run(pg, shop, result.fix.splitlines()[0])
+    again = run_doctor(config)
+    assert check(again, "replication_role").status == "pass"
+    assert check(again, "replication_connection").status == "pass"
+
+
+def test_a_role_without_select_gets_the_grant(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    report = run_doctor(make_config(tmp_path, role_dsn(pg, shop, role), ["public.orders"]))
+
+    result = check(report, "table public.orders")
+    assert result.status == "fail"
+    assert result.fix == f'GRANT SELECT ON "public"."orders" TO "{role}";'
+
+
+def test_a_quoted_schema_and_table_name_work_in_queries_and_fixes(
+    pg: PgServer, database: str, role: str, tmp_path: Path
+) -> None:
+    run(
+        pg,
+        database,
+        'CREATE SCHEMA "Sales"; CREATE TABLE "Sales"."Order Items" (sku text, qty int)',
+    )
+    table = '"Sales"."Order Items"'
+    report = run_doctor(make_config(tmp_path, role_dsn(pg, database, role), [table]))
+
+    assert check(report, f"table {table}").fix == "\n".join([
+        f'GRANT USAGE ON SCHEMA "Sales" TO "{role}";',
+        f'GRANT SELECT ON "Sales"."Order Items" TO "{role}";',
+    ])  # fmt: skip
+    identity = check(report, f"replica_identity {table}")
+    assert identity.fix is not None
+    assert identity.fix.splitlines()[0] == f"ALTER TABLE {table} REPLICA IDENTITY FULL;"
+    publication = check(report, "publication")
+    assert publication.fix is not None
+    assert publication.fix.splitlines()[0] == f'CREATE PUBLICATION "orders_cdc" FOR TABLE {table};'
+
+
+def test_a_quoted_table_with_a_key_passes_for_a_superuser(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    run(
+        pg,
+        database,
+        'CREATE SCHEMA "Sales"; CREATE TABLE "Sales"."Order Items" (id int PRIMARY KEY)',
+    )
+
+    report = run_doctor(make_config(tmp_path, pg.dsn(database), ['"Sales"."Order Items"']))
+
+    assert failed(report) == []
+    assert check(report, 'table "Sales"."Order Items"').status == "pass"
+
+
+def test_a_partitioned_table_published_by_its_root_counts_as_published(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    run(pg, database, """
+        CREATE TABLE readings (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+        CREATE TABLE readings_2024 PARTITION OF readings FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+        CREATE PUBLICATION orders_cdc FOR TABLE readings;
+    """)  # fmt: skip
+
+    report = run_doctor(make_config(tmp_path, pg.dsn(database), ["public.readings"]))
+
+    assert failed(report) == []
+    assert check(report, "table public.readings").detail == "partitioned table, SELECT granted"
+    assert check(report, "publication").detail == '"orders_cdc" publishes 1 of 1 tables'
+    assert check(report, "replica_identity public.readings").detail == 'primary key ("id", "at")'
+
+
+def test_the_catalog_reads_keys_in_key_order_and_the_identity_index(
+    pg: PgServer, database: str
+) -> None:
+    run(pg, database, """
+        CREATE TABLE lines (a int, b text NOT NULL, c numeric(12,2), PRIMARY KEY (b, a));
+        CREATE TABLE tags (k text NOT NULL, v text);
+        CREATE UNIQUE INDEX tags_k ON tags (k);
+        ALTER TABLE tags REPLICA IDENTITY USING INDEX tags_k;
+        CREATE VIEW lines_view AS SELECT * FROM lines;
+    """)  # fmt: skip
+    lines, tags, view = (TableName("public", n) for n in ("lines", "tags", "lines_view"))
+    with psycopg.connect(pg.dsn(database)) as conn:
+        info = catalog.table_info(conn, [lines, tags, view])
+        columns = catalog.table_columns(conn, lines)
+
+    assert info[view] is None
+    line_info, tag_info = info[lines], info[tags]
+    assert line_info is not None
+    assert tag_info is not None
+    assert line_info.primary_key == ("b", "a")
+    assert line_info.identity_columns == ("b", "a")
+    assert (line_info.kind, line_info.can_select, line_info.is_owner) == ("ordinary", True, True)
+    assert tag_info.replica_identity is ReplicaIdentity.INDEX
+    assert (tag_info.primary_key, tag_info.identity_columns) == ((), ("k",))
+    assert [(c.name, c.type_name, c.not_null) for c in columns] == [
+        ("a", "integer", True),
+        ("b", "text", True),
+        ("c", "numeric(12,2)", False),
+    ]
+
+
+def test_a_missing_publication_needs_create_on_the_database(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    run(pg, shop, f'ALTER TABLE customers OWNER TO "{role}"; ALTER TABLE orders OWNER TO "{role}"')
+    config = make_config(tmp_path, role_dsn(pg, shop, role))
+
+    result = check(run_doctor(config), "publication")
+    assert result.status == "fail"
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == f'GRANT CREATE ON DATABASE "{shop}" TO "{role}";'
+
+    run(pg, shop, result.fix.splitlines()[0])
+    assert check(run_doctor(config), "publication").status == "pass"
+
+
+def test_an_existing_publication_missing_a_table_needs_its_owner(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    run(
+        pg,
+        shop,
+        f'CREATE PUBLICATION orders_cdc FOR TABLE customers; GRANT SELECT ON orders TO "{role}"',
+    )
+    config = make_config(tmp_path, role_dsn(pg, shop, role))
+
+    result = check(run_doctor(config), "publication")
+    assert result.status == "fail"
+    assert result.detail.startswith('"orders_cdc" publishes 1 of 2 tables')
+    assert result.fix is not None
+    assert (
+        result.fix.splitlines()[0] == 'ALTER PUBLICATION "orders_cdc" ADD TABLE "public"."orders";'
+    )
+
+    run(pg, shop, result.fix.splitlines()[0])  # as the superuser that owns both
+    fixed = check(run_doctor(config), "publication")
+    assert fixed.status == "pass"
+    assert fixed.detail == '"orders_cdc" publishes 2 of 2 tables; used as it is (owner "postgres")'
+
+
+def test_a_publication_without_updates_fails(pg: PgServer, shop: str, tmp_path: Path) -> None:
+    run(
+        pg,
+        shop,
+        "CREATE PUBLICATION orders_cdc FOR TABLE customers, orders WITH (publish = 'insert')",
+    )
+
+    result = check(run_doctor(make_config(tmp_path, pg.dsn(shop))), "publication")
+
+    assert result.status == "fail"
+    assert "does not publish update, delete" in result.detail
+    assert result.fix == (
+        "ALTER PUBLICATION \"orders_cdc\" SET (publish = 'insert, update, delete, truncate');"
+    )
+
+
+def test_an_existing_pgoutput_slot_passes(pg: PgServer, shop: str, tmp_path: Path) -> None:
+    run(pg, shop, "SELECT pg_create_logical_replication_slot('orders_cdc', 'pgoutput')")
+
+    report = run_doctor(make_config(tmp_path, pg.dsn(shop)))
+
+    assert check(report, "slot").detail == '"orders_cdc" exists: logical, pgoutput, inactive'
+    assert check(report, "max_replication_slots").status == "pass"
+
+
+def test_a_physical_slot_of_the_same_name_fails(pg: PgServer, shop: str, tmp_path: Path) -> None:
+    slot = f"phys_{uuid.uuid4().hex[:8]}"  # physical slots belong to no database: drop it here
+    run(pg, shop, f"SELECT pg_create_physical_replication_slot('{slot}')")
+    try:
+        result = check(run_doctor(make_config(tmp_path, pg.dsn(shop), slot=slot)), "slot")
+    finally:
+        run(pg, shop, f"SELECT pg_drop_replication_slot('{slot}')")
+
+    assert result.status == "fail"
+    assert result.detail == f'"{slot}" is a physical slot'
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == f"SELECT pg_drop_replication_slot('{slot}');"
+
+
+def test_a_database_not_in_utf8_fails(pg: PgServer, tmp_path: Path) -> None:
+    name = f"latin_{uuid.uuid4().hex[:8]}"
+    pg.execute(
+        f"CREATE DATABASE {name} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'"
+    )
+    try:
+        run(pg, name, SHOP)
+        result = check(run_doctor(make_config(tmp_path, pg.dsn(name))), "encoding")
+    finally:
+        pg.drop_database(name)
+
+    assert result.status == "fail"
+    assert result.detail.startswith("LATIN1")
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == (
+        f"CREATE DATABASE \"{name}\" WITH ENCODING 'UTF8' TEMPLATE template0;"
+    )
+
+
+def test_an_unreachable_server_fails_the_connect_check_and_skips_the_rest(tmp_path: Path) -> None:
+    dsn = f"postgresql://cdc:s3cret@127.0.0.1:{free_port()}/shop"
+
+    report = run_doctor(make_config(tmp_path, dsn))
+
+    first, *rest = report.checks
+    assert first.name == "connect"
+    assert first.status == "fail"
+    assert "postgresql://cdc:***@127.0.0.1" in first.detail
+    assert "s3cret" not in format_report(report)
+    assert {c.status for c in rest} == {"skip"}
+    assert "table public.orders" in [c.name for c in rest]
+    assert not report.ok
+
+
+@pytest.fixture(scope="module")
+def small_server() -> Iterator[LocalPostgres]:
+    """wal_level=replica and room for one slot and one WAL sender."""
+    settings = {"wal_level": "replica", "max_replication_slots": "1", "max_wal_senders": "1"}
+    try:
+        with throwaway_cluster("doctor-small", extra=settings) as cluster:
+            run(cluster, "postgres", SHOP)
+            yield cluster
+    except SetupError as e:
+        unavailable(f"cannot start a local PostgreSQL: {e}")
+
+
+def test_wal_level_replica_fails_with_the_alter_system_fix(
+    small_server: LocalPostgres, tmp_path: Path
+) -> None:
+    report = run_doctor(make_config(tmp_path, small_server.dsn()))
+
+    result = check(report, "wal_level")
+    assert result.status == "fail"
+    assert result.detail == "replica; logical decoding needs logical"
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == "ALTER SYSTEM SET wal_level = logical;"
+    assert "      fix: ALTER SYSTEM SET wal_level = logical;" in format_report(report)
+    assert failed(report) == ["wal_level"]
+
+
+def test_no_free_replication_slot_fails_with_a_higher_limit(
+    small_server: LocalPostgres, tmp_path: Path
+) -> None:
+    run(small_server, "postgres", "SELECT pg_create_physical_replication_slot('someone_else')")
+    try:
+        result = check(
+            run_doctor(make_config(tmp_path, small_server.dsn())), "max_replication_slots"
+        )
+    finally:
+        run(small_server, "postgres", "SELECT pg_drop_replication_slot('someone_else')")
+
+    assert result.status == "fail"
+    assert result.detail == "1 of 1 in use: none free for this pipeline"
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == "ALTER SYSTEM SET max_replication_slots = 2;"
+
+
+def test_no_free_wal_sender_fails_with_a_higher_limit(
+    small_server: LocalPostgres, tmp_path: Path
+) -> None:
+    with psycopg.connect(small_server.dsn(), replication="database", autocommit=True):
+        report = run_doctor(make_config(tmp_path, small_server.dsn()))
+
+    result = check(report, "max_wal_senders")
+    assert result.status == "fail"
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == "ALTER SYSTEM SET max_wal_senders = 2;"
+    connection = check(report, "replication_connection")
+    assert connection.status == "fail"
+    assert connection.fix == "free a WAL sender, or raise max_wal_senders (see that check)"
+
+
+def test_wal_level_passes_once_the_fix_is_applied_and_the_server_restarted(tmp_path: Path) -> None:
+    try:
+        with throwaway_cluster("doctor-replica", extra={"wal_level": "replica"}) as cluster:
+            run(cluster, "postgres", SHOP)
+            config = make_config(tmp_path, cluster.dsn())
+            fix = check(run_doctor(config), "wal_level").fix
+            assert fix is not None
+            run(cluster, "postgres", fix.splitlines()[0])
+            run(cluster, "postgres", "SELECT pg_reload_conf()")
+            pending = check(run_doctor(config), "wal_level")
+            cluster.restart()
+            after = run_doctor(config)
+    except SetupError as e:
+        unavailable(f"cannot start a local PostgreSQL: {e}")
+
+    assert pending.detail == "replica; a new value is set and waits for a restart"
+    assert check(after, "wal_level").detail == "logical"
+    assert after.ok

@@ -1,0 +1,70 @@
+"""The product's SparkSession writes and reads Delta with jars the project resolved itself."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from pathlib import Path
+
+from chispa import assert_df_equality
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from cdc_core import jars
+
+SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("name", T.StringType(), True),
+        T.StructField("amount", T.DecimalType(12, 2), True),
+        T.StructField("at", T.TimestampType(), True),
+    ]
+)
+ROWS = [
+    (1, "Zoë", Decimal("10.50"), dt.datetime(2024, 1, 2, 3, 4, 5)),
+    (2, "東京", None, None),
+    (3, None, Decimal("-0.01"), dt.datetime(1999, 12, 31, 23, 59, 59)),
+]
+
+
+def test_a_delta_table_round_trips(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    written = spark.createDataFrame(ROWS, SCHEMA)
+    written.write.format("delta").save(path)
+    assert DeltaTable.isDeltaTable(spark, path)
+    back = spark.read.format("delta").load(path)
+    assert_df_equality(back, written, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_merge_through_the_delta_builder(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "m")
+    spark.createDataFrame(ROWS, SCHEMA).write.format("delta").save(path)
+    changes = spark.createDataFrame(
+        [(2, "Osaka", Decimal("1.00"), None), (4, "new", None, None)], SCHEMA
+    )
+    (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(changes.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )  # fmt: skip
+    expected = spark.createDataFrame(
+        [ROWS[0], (2, "Osaka", Decimal("1.00"), None), ROWS[2], (4, "new", None, None)], SCHEMA
+    )
+    back = spark.read.format("delta").load(path)
+    assert_df_equality(back, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_the_jars_come_from_the_projects_own_cache(spark: SparkSession) -> None:
+    added = spark.conf.get("spark.jars").split(",")
+    cache = str(jars.cache_root())
+    names = {Path(j).name for j in added}
+    assert all(j.startswith(cache) for j in added), added
+    assert any(n.startswith("delta-spark_2.13-") for n in names)
+    assert any(n.startswith("postgresql-") for n in names)
+
+
+def test_sessions_run_in_utc(spark: SparkSession) -> None:
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"

@@ -1,0 +1,281 @@
+"""Loading pipeline and environment files: the contract keys, interpolation, and errors that say the fix."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cdc_core.config import load_env, load_pipeline
+from cdc_core.errors import ConfigError
+from cdc_core.identifiers import TableName
+
+CONTRACT = """\
+name: orders
+source:
+  dsn: ${ORDERS_PG_DSN:-postgresql://postgres@127.0.0.1:5432/shop}
+  slot: orders_cdc            # created if missing
+  publication: orders_cdc     # created if missing (filtered to the tables below)
+  tables: [public.customers, public.orders, public.order_items]
+snapshot:
+  mode: initial               # initial | always | initial_only | no_data | when_needed
+target:
+  root: ${LAKE_ROOT:-./lake}/orders
+"""
+
+LOCAL = """\
+spark:
+  master: local[2]
+  conf:
+    spark.sql.shuffle.partitions: 4
+"""
+
+
+def write_home(
+    tmp_path: Path, pipeline: str = CONTRACT, env: str = LOCAL, name: str = "orders"
+) -> Path:
+    (tmp_path / "pipelines").mkdir(exist_ok=True)
+    (tmp_path / "conf").mkdir(exist_ok=True)
+    (tmp_path / "pipelines" / f"{name}.yaml").write_text(textwrap.dedent(pipeline))
+    (tmp_path / "conf" / "local.yaml").write_text(textwrap.dedent(env))
+    return tmp_path
+
+
+def load_error(tmp_path: Path, pipeline: str, environ: dict[str, str] | None = None) -> str:
+    home = write_home(tmp_path, pipeline)
+    with pytest.raises(ConfigError) as e:
+        load_pipeline("orders", "local", home=home, environ=environ or {})
+    assert e.value.exit_code == 2
+    message = str(e.value)
+    assert "\n" not in message, "a configuration error is one line"
+    return message
+
+
+def test_the_design_contract_loads_exactly_as_written(tmp_path: Path) -> None:
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    p = config.pipeline
+    assert p.name == "orders"
+    assert p.source.dsn.conninfo == "postgresql://postgres@127.0.0.1:5432/shop"
+    assert p.source.slot == "orders_cdc"
+    assert p.source.publication == "orders_cdc"
+    assert p.source.tables == (
+        TableName("public", "customers"),
+        TableName("public", "orders"),
+        TableName("public", "order_items"),
+    )
+    assert p.snapshot.mode == "initial"
+    assert p.target.root == str(Path.cwd() / "lake" / "orders")
+    assert config.env.spark.master == "local[2]"
+    assert dict(config.env.spark.conf) == {"spark.sql.shuffle.partitions": "4"}
+
+
+def test_environment_variables_replace_defaults(tmp_path: Path) -> None:
+    environ = {"ORDERS_PG_DSN": "postgresql://u:secret@db:5433/shop", "LAKE_ROOT": "/data/lake"}
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ=environ)
+    assert config.pipeline.source.dsn.conninfo == environ["ORDERS_PG_DSN"]
+    assert config.pipeline.target.root == "/data/lake/orders"
+
+
+def test_an_empty_variable_falls_back_to_its_default(tmp_path: Path) -> None:
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ={"LAKE_ROOT": ""})
+    assert config.pipeline.target.root == str(Path.cwd() / "lake" / "orders")
+
+
+def test_object_store_roots_are_kept_as_uris(tmp_path: Path) -> None:
+    environ = {"LAKE_ROOT": "s3a://bucket/lake/"}
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ=environ)
+    assert config.pipeline.target.root == "s3a://bucket/lake//orders"
+
+
+def test_dollar_dollar_is_a_literal_dollar(tmp_path: Path) -> None:
+    pipeline = CONTRACT.replace("${LAKE_ROOT:-./lake}/orders", "/lake/$$x")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.target.root == "/lake/$x"
+
+
+def test_unknown_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("  slot: orders_cdc", "  slott: orders_cdc"))
+    assert message.startswith("pipelines/orders.yaml: source.slott: unknown key")
+    assert "did you mean 'slot'?" in message
+
+
+def test_unknown_top_level_section_is_named(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT + "snapshots:\n  mode: initial\n")
+    assert message.startswith(
+        "pipelines/orders.yaml: snapshots: unknown key (did you mean 'snapshot'?)"
+    )
+
+
+def test_wrong_enum_value_lists_the_choices_and_suggests(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("mode: initial ", "mode: inital "))
+    assert message == (
+        "pipelines/orders.yaml: snapshot.mode: 'inital' is not one of initial, always, "
+        "initial_only, no_data, when_needed (did you mean 'initial'?)"
+    )
+
+
+def test_never_is_a_deprecated_alias_of_no_data(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    home = write_home(tmp_path, CONTRACT.replace("mode: initial ", "mode: never "))
+    config = load_pipeline("orders", "local", home=home, environ={})
+    assert config.pipeline.snapshot.mode == "no_data"
+    assert "'never' is deprecated, use 'no_data'" in caplog.text
+
+
+def test_missing_required_key_is_named_with_an_example(tmp_path: Path) -> None:
+    message = load_error(
+        tmp_path, CONTRACT.replace("  slot: orders_cdc            # created if missing\n", "")
+    )
+    assert message == (
+        "pipelines/orders.yaml: source.slot: required key is missing (add it, for example slot: orders_cdc)"
+    )
+
+
+def test_missing_required_section_is_named(tmp_path: Path) -> None:
+    without_target = CONTRACT.split("target:", maxsplit=1)[0]
+    message = load_error(tmp_path, without_target)
+    assert message.startswith("pipelines/orders.yaml: target: required key is missing")
+
+
+def test_undefined_variable_without_default_is_named(tmp_path: Path) -> None:
+    message = load_error(
+        tmp_path,
+        CONTRACT.replace(
+            "${ORDERS_PG_DSN:-postgresql://postgres@127.0.0.1:5432/shop}", "${SHOP_DSN}"
+        ),
+    )
+    assert message == (
+        "pipelines/orders.yaml: source.dsn: ${SHOP_DSN} is not set and has no default "
+        "(export SHOP_DSN=... or write ${SHOP_DSN:-default})"
+    )
+
+
+def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("  slot: orders_cdc", "  slot: [orders_cdc"))
+    assert message.startswith("pipelines/orders.yaml:5:")
+    assert "malformed YAML" in message
+
+
+def test_duplicate_keys_are_rejected_not_silently_overwritten(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT + "name: other\n")
+    assert message.startswith("pipelines/orders.yaml:11:1: malformed YAML: duplicate key 'name'")
+
+
+def test_pipeline_name_with_no_file_lists_what_exists(tmp_path: Path) -> None:
+    home = write_home(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        load_pipeline("order", "local", home=home, environ={})
+    assert str(e.value) == (
+        "pipelines/order.yaml: no such pipeline file (available: orders) (did you mean 'orders'?)"
+    )
+    assert e.value.exit_code == 2
+
+
+def test_environment_with_no_file_lists_what_exists(tmp_path: Path) -> None:
+    home = write_home(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        load_pipeline("orders", "prod", home=home, environ={})
+    assert str(e.value) == "conf/prod.yaml: no such environment file (available: local)"
+
+
+def test_name_must_match_the_file(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("name: orders", "name: shop"))
+    assert message.startswith(
+        "pipelines/orders.yaml: name: 'shop' does not match the file name 'orders'"
+    )
+
+
+def test_invalid_slot_name_says_what_is_allowed(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("slot: orders_cdc", "slot: Orders-CDC"))
+    assert message.startswith(
+        "pipelines/orders.yaml: source.slot: 'Orders-CDC' is not a valid replication slot name"
+    )
+
+
+def test_wrong_type_is_named(tmp_path: Path) -> None:
+    message = load_error(
+        tmp_path,
+        CONTRACT.replace(
+            "  tables: [public.customers, public.orders, public.order_items]",
+            "  tables: public.customers",
+        ),
+    )
+    assert (
+        message
+        == "pipelines/orders.yaml: source.tables: expected a list, got str 'public.customers'"
+    )
+
+
+def test_bad_table_name_is_named_with_its_index(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("public.orders,", "'public.Order Items',"))
+    assert message.startswith(
+        "pipelines/orders.yaml: source.tables[1]: 'public.Order Items' is not a valid name"
+    )
+    assert 'public."Order Items"' in message
+
+
+def test_quoted_table_names_keep_case_spaces_and_dots(tmp_path: Path) -> None:
+    pipeline = CONTRACT.replace(
+        "[public.customers, public.orders, public.order_items]",
+        """['"Sales"."Order Items"', '"a.b"', Public.Mixed]""",
+    )
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.source.tables == (
+        TableName("Sales", "Order Items"),
+        TableName("public", "a.b"),
+        TableName("public", "mixed"),
+    )
+
+
+def test_duplicate_tables_are_rejected(tmp_path: Path) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("public.order_items]", "public.orders]"))
+    assert message == "pipelines/orders.yaml: source.tables: public.orders is listed twice"
+
+
+def test_environment_file_errors_name_the_environment_file(tmp_path: Path) -> None:
+    home = write_home(tmp_path, env="spark:\n  jars: maybe\n")
+    with pytest.raises(ConfigError) as e:
+        load_pipeline("orders", "local", home=home, environ={})
+    assert str(e.value) == "conf/local.yaml: spark.jars: 'maybe' is not one of resolve, provided"
+
+
+def test_spark_conf_keys_must_be_spark_settings(tmp_path: Path) -> None:
+    home = write_home(tmp_path, env="spark:\n  conf:\n    shuffle.partitions: 4\n")
+    with pytest.raises(ConfigError) as e:
+        load_env("local", home=home, environ={})
+    assert str(e.value).startswith(
+        "conf/local.yaml: spark.conf: 'shuffle.partitions' is not a Spark setting"
+    )
+
+
+def test_booleans_from_environment_variables(tmp_path: Path) -> None:
+    home = write_home(tmp_path, env="catalog:\n  register: ${REGISTER:-false}\n")
+    settings, _ = load_env("local", home=home, environ={"REGISTER": "true"})
+    assert settings.catalog.register is True
+
+
+def test_the_passwords_of_a_dsn_never_print(tmp_path: Path) -> None:
+    environ = {
+        "ORDERS_PG_DSN": "postgresql://app:s3cr3t@db:5432/shop?password=other&sslmode=require"
+    }
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ=environ)
+    dsn = config.pipeline.source.dsn
+    shown = f"{dsn} {dsn!r} {config!r}"
+    assert "s3cr3t" not in shown
+    assert "other" not in shown
+    assert "postgresql://app:***@db:5432/shop" in shown
+
+
+def test_key_value_dsn_passwords_are_redacted(tmp_path: Path) -> None:
+    environ = {"ORDERS_PG_DSN": "host=db user=app password='p w' dbname=shop"}
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ=environ)
+    assert str(config.pipeline.source.dsn) == "host=db user=app password=*** dbname=shop"
+
+
+def test_the_repository_pipelines_and_environments_load() -> None:
+    home = Path(__file__).resolve().parents[2]
+    for env in ("local", "databricks"):
+        config = load_pipeline("orders", env, home=home, environ={})
+        assert config.pipeline.name == "orders"

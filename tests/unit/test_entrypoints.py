@@ -1,0 +1,119 @@
+"""The job entry and the `cdc` command: exit codes and one clear stderr line for bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """\
+name: orders
+source:
+  dsn: postgresql://postgres@127.0.0.1:1/shop
+  slot: orders_cdc
+  publication: orders_cdc
+  tables: [public.orders]
+target:
+  root: ./lake/orders
+"""
+
+
+def run(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("ORDERS_PG_DSN", "CDC_HOME")}
+    environ |= {"CDC_HOME": str(home), **env}
+    return subprocess.run(
+        [sys.executable, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=home,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
+    (tmp_path / "pipelines" / "orders.yaml").write_text(GOOD)
+    return tmp_path
+
+
+INGEST = str(ROOT / "jobs" / "ingest.py")
+CDC = ["-m", "cdc_core.cli"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            ("  slot:", "  slott:"),
+            "pipelines/orders.yaml: source.slott: unknown key (did you mean 'slot'?)",
+        ),
+        (("tables:", "tables: 3\n  x:"), "pipelines/orders.yaml: source.x: unknown key"),
+        (
+            ("target:\n  root: ./lake/orders\n", "target:\n  root: ${NOPE}\n"),
+            "pipelines/orders.yaml: target.root: ${NOPE} is not set",
+        ),
+        (
+            ("  slot: orders_cdc\n", ""),
+            "pipelines/orders.yaml: source.slot: required key is missing",
+        ),
+        (("  slot: orders_cdc", "  slot: [x"), "pipelines/orders.yaml:5:"),
+    ],
+)
+@pytest.mark.parametrize(
+    "entry", [[INGEST, "--pipeline", "orders"], [*CDC, "doctor", "--pipeline", "orders"]]
+)
+def test_bad_configuration_exits_2_with_one_line(
+    home: Path, entry: list[str], edit: tuple[str, str], expected: str
+) -> None:
+    path = home / "pipelines" / "orders.yaml"
+    path.write_text(GOOD.replace(*edit))
+    proc = run(entry, home)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {expected}"), lines[0]
+
+
+def test_wrong_enum_exits_2(home: Path) -> None:
+    (home / "pipelines" / "orders.yaml").write_text(GOOD + "snapshot:\n  mode: inital\n")
+    proc = run([INGEST, "--pipeline", "orders"], home)
+    assert proc.returncode == 2
+    assert "snapshot.mode: 'inital' is not one of" in proc.stderr
+    assert "(did you mean 'initial'?)" in proc.stderr
+
+
+def test_pipeline_with_no_file_exits_2(home: Path) -> None:
+    proc = run([INGEST, "--pipeline", "ordres"], home)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "error: pipelines/ordres.yaml: no such pipeline file (available: orders) (did you mean 'orders'?)"
+    )
+
+
+def test_unreachable_source_is_transient_exit_75(home: Path) -> None:
+    proc = run([INGEST, "--pipeline", "orders"], home)
+    assert proc.returncode == 75, proc.stderr
+    assert proc.stderr.strip().startswith(
+        "error: cannot connect to PostgreSQL at postgresql://postgres@127.0.0.1:1/shop"
+    )
+
+
+def test_debug_adds_the_traceback(home: Path) -> None:
+    proc = run([INGEST, "--pipeline", "nope", "--debug"], home)
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr
+
+
+def test_usage_errors_exit_2(home: Path) -> None:
+    assert run([INGEST], home).returncode == 2
+    assert run([*CDC, "workload", "--dsn", "x"], home).returncode == 2
