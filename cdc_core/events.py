@@ -80,7 +80,13 @@ class RelationDescriptor:
 
 @dataclass
 class ChangeChunk:
-    """Part of one committed transaction, as parallel lists (one entry per change)."""
+    """Part of one committed transaction: one entry per change in each list.
+
+    A change is kept as the pgoutput message the server sent (INSERT, UPDATE, DELETE, TRUNCATE
+    or a transactional MESSAGE), exact and lossless; decoding its tuples happens after
+    staging. `versions` maps each relation OID of the chunk to the version of its Relation
+    descriptor (a schema change inside a chunk splits it, so one version per OID holds).
+    """
 
     xid: int
     commit_lsn: int  # the transaction's commit LSN (for a lone message: its own LSN)
@@ -89,15 +95,9 @@ class ChangeChunk:
     last: bool = False
     end_lsn: int = 0  # set on the last chunk: just past the commit record
     lsn: list[int] = field(default_factory=list)
-    op: list[str] = field(default_factory=list)
     relation_oid: list[int | None] = field(default_factory=list)
-    relation_version: list[int | None] = field(default_factory=list)
-    old_kind: list[str | None] = field(default_factory=list)
-    old_tuple: list[bytes | None] = field(default_factory=list)
-    new_tuple: list[bytes | None] = field(default_factory=list)
-    message_prefix: list[str | None] = field(default_factory=list)
-    message_content: list[bytes | None] = field(default_factory=list)
-    truncate_options: list[int | None] = field(default_factory=list)
+    message: list[bytes] = field(default_factory=list)
+    versions: dict[int, int] = field(default_factory=dict)
     nbytes: int = 0
     relations: list[RelationDescriptor] = field(default_factory=list)  # first seen in this chunk
 

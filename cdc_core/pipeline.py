@@ -1,17 +1,19 @@
 """run(): the orchestrator. Checks the source, then runs each stage in the order data flows.
 
-Capture, staging, bronze and silver plug in here stage by stage; today a run checks the
-source the way `cdc doctor` does, builds the Spark session with Delta, and prepares the lake.
+Today a run captures: it reads the slot up to the WAL position seen at start, stages whole
+transactions as durable change files and confirms the slot past them. Bronze and silver plug
+in after staging.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
+from cdc_core.capture import CaptureSummary, capture
 from cdc_core.config import Config
 from cdc_core.errors import TerminalError, UsageError
+from cdc_core.lake import Lake
 from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import run_doctor
 
@@ -29,16 +31,12 @@ class RunSummary:
     """What a run did, printed by the job entry."""
 
     pipeline: str
-    source: str
     lake_root: str
+    capture: CaptureSummary
     seconds: float
-    spark_version: str
 
     def describe(self) -> str:
-        return (
-            f"pipeline {self.pipeline}: source {self.source} ready, Spark {self.spark_version} "
-            f"with Delta ready, lake at {self.lake_root} ({self.seconds:.1f} s)"
-        )
+        return f"pipeline {self.pipeline}: {self.capture.describe()}; lake {self.lake_root}"
 
 
 def run(config: Config, options: RunOptions) -> RunSummary:
@@ -55,17 +53,6 @@ def run(config: Config, options: RunOptions) -> RunSummary:
             f"pipeline {pipeline.name}: the source is not ready ({failed}); "
             f"run `cdc doctor --pipeline {pipeline.name}` for the fixes"
         )
-    from cdc_core.spark import build_spark  # the JVM starts only once the source is known good
-
-    spark = build_spark(config.env.spark, f"cdc-{pipeline.name}")
-    root = pipeline.target.root
-    if "://" not in root:
-        for folder in ("_staging", "_state"):
-            (Path(root) / folder).mkdir(parents=True, exist_ok=True)
-    return RunSummary(
-        pipeline=pipeline.name,
-        source=pipeline.source.dsn.redacted,
-        lake_root=root,
-        seconds=time.monotonic() - started,
-        spark_version=spark.version,
-    )
+    lake = Lake(pipeline.target.root)
+    summary = capture(config, lake)
+    return RunSummary(pipeline.name, lake.root, summary, time.monotonic() - started)

@@ -1,38 +1,30 @@
 """Stage 1: the slot -> whole committed transactions, in commit order, in bounded chunks.
 
-`Assembler` (pure) turns pgoutput messages into `ChangeChunk`s, skipping what is already
-staged. Two sources feed it: `StreamSource`, the streaming replication protocol (COPY BOTH,
-the default) and `SqlSource`, bounded `pg_logical_slot_peek_binary_changes` calls. A source
-yields messages and `CaughtUp` marks; it moves the slot only when told what is durable.
+`Assembler` (pure, no I/O) turns pgoutput messages into `ChangeChunk`s. It drops what is
+already staged, stops at the first transaction committed at or after `stop_at`, and keeps a
+large transaction within a memory budget by handing it over in several chunks. A change is
+kept as the message the server sent; the hot loop only reads its relation OID, so the
+reader keeps up with the server's own decoding. Batches of messages come from a source in
+`cdc_core.pg.replication`.
 """
 
 from __future__ import annotations
 
+import struct
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from cdc_core.errors import DecodeError
-from cdc_core.events import ChangeChunk, ChangeOp, RelationDescriptor
+from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.pg import pgoutput as po
 
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
-_INSERT, _UPDATE, _DELETE, _BEGIN, _COMMIT = 0x49, 0x55, 0x44, 0x42, 0x43
-_OPS = {
-    _INSERT: ChangeOp.CREATE.value,
-    _UPDATE: ChangeOp.UPDATE.value,
-    _DELETE: ChangeOp.DELETE.value,
-}
-
-
-@dataclass(frozen=True)
-class CaughtUp:
-    """The server has sent everything before `position`; nothing is in flight."""
-
-    position: Lsn
+_ROW_CHANGES = frozenset(b"IUD")
+_OID = struct.Struct(">I").unpack_from
 
 
 @dataclass(frozen=True)
@@ -44,11 +36,13 @@ class Budget:
 
 
 class Assembler:
-    """pgoutput messages -> chunks of whole committed transactions. No I/O.
+    """pgoutput messages -> chunks of whole committed transactions, in commit order.
 
     `skip_before`: transactions already staged (commit LSN below it, or a lone message at or
-    below it) are dropped, so a replay after a crash stages nothing twice. Changes of tables
-    outside `tables` are dropped; the transactions still count for the position.
+    below it) are dropped, so a replay after a crash stages nothing twice. `stop_at`: the first
+    transaction (or lone message) at or past it ends the run; it is left for the next one.
+    Changes of tables outside `tables` are dropped; their transactions still end, which is
+    what lets the slot move past WAL that holds nothing for us.
     """
 
     def __init__(
@@ -57,52 +51,76 @@ class Assembler:
         describe: Describe,
         *,
         skip_before: Lsn = ZERO,
+        stop_at: Lsn | None = None,
         budget: Budget = Budget(),
         now_us: Callable[[], int] = lambda: time.time_ns() // 1000,
     ) -> None:
         self.tables = frozenset(tables)
         self.describe = describe
         self.skip_before = skip_before.value
+        self.stop_at = stop_at.value if stop_at is not None else None
         self.budget = budget
         self.now_us = now_us
         self.relations: dict[int, RelationDescriptor] = {}
-        self.captured: set[int] = set()
+        self.versions: dict[int, int] = {}  # oid -> version of its captured relation
         self.type_names: dict[int, str] = {}
         self.new_relations: list[RelationDescriptor] = []
         self.chunk: ChangeChunk | None = None  # the open transaction's current chunk
         self.skipping = False
-        self.seq = 0
+        self.finished = False  # reached stop_at
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.chunk is not None
 
     def feed(self, lsn: int, data: bytes) -> ChangeChunk | None:
-        """Take one message; returns a chunk when one is complete (or full)."""
-        kind = data[0]
-        if kind in _OPS:
-            chunk = self.chunk
+        """One message; the chunk it completed, if any."""
+        out = self.feed_many(((lsn, data),))
+        return out[0] if out else None
+
+    def feed_many(self, messages: Iterable[tuple[int, bytes]]) -> list[ChangeChunk]:
+        """A batch of messages; the chunks they completed (or filled), in order."""
+        out: list[ChangeChunk] = []
+        versions, row_changes, oid_of = self.versions, _ROW_CHANGES, _OID
+        max_changes, max_bytes = self.budget.changes, self.budget.nbytes
+        chunk, skipping = self.chunk, self.skipping
+        for lsn, data in messages:
+            if data[0] not in row_changes:
+                done = self._other(lsn, data)
+                if done is not None:
+                    out.append(done)
+                if self.finished:
+                    break  # the rest belongs to the next run
+                chunk, skipping = self.chunk, self.skipping
+                continue
             if chunk is None:
                 raise DecodeError(f"a change outside any transaction at LSN {Lsn(lsn)}")
-            if self.skipping:
-                return None
-            oid, old_kind, old, tail = po.split_row_change(data)
-            if oid not in self.captured:
-                return None
-            new: bytes | None = tail
-            if kind == _DELETE:
-                old, new = tail, None
-            self._append(chunk, lsn, _OPS[kind], oid, old_kind, old, new, len(data))
-            return self._split_if_full(chunk)
+            oid = oid_of(data, 1)[0]
+            if skipping or oid not in versions:
+                continue  # already staged, or a table this pipeline does not capture
+            chunk.lsn.append(lsn)
+            chunk.relation_oid.append(oid)
+            chunk.message.append(data)
+            chunk.nbytes += len(data)
+            if len(chunk.lsn) >= max_changes or chunk.nbytes >= max_bytes:
+                out.append(self._split(chunk))
+                chunk = self.chunk
+        return out
+
+    def _other(self, lsn: int, data: bytes) -> ChangeChunk | None:
         msg = po.decode(data, lsn)
         if isinstance(msg, po.Begin):
             self._begin(msg)
         elif isinstance(msg, po.Commit):
             return self._commit(msg)
         elif isinstance(msg, po.Relation):
-            self._relation(msg)
+            return self._relation(msg)
         elif isinstance(msg, po.TypeInfo):
             self.type_names[msg.oid] = f"{msg.namespace}.{msg.name}"
         elif isinstance(msg, po.Truncate):
-            return self._truncate(lsn, msg)
+            return self._truncate(lsn, msg, data)
         elif isinstance(msg, po.LogicalMessage):
-            return self._message(lsn, msg, len(data))
+            return self._message(lsn, msg, data)
         elif not isinstance(msg, po.Origin):
             raise DecodeError(
                 f"unexpected {type(msg).__name__} at LSN {Lsn(lsn)}: streamed transactions "
@@ -110,16 +128,14 @@ class Assembler:
             )
         return None
 
-    @property
-    def in_transaction(self) -> bool:
-        return self.chunk is not None
-
     def _begin(self, msg: po.Begin) -> None:
         if self.chunk is not None:
             raise DecodeError(f"BEGIN inside a transaction at commit LSN {msg.final_lsn}")
+        if self.stop_at is not None and msg.final_lsn.value >= self.stop_at:
+            self.finished = True
+            return
         self.skipping = msg.final_lsn.value < self.skip_before
-        self.seq = 0
-        self.chunk = self._new_chunk(msg.xid, msg.final_lsn.value, msg.commit_time_us)
+        self.chunk = self._new_chunk(msg.xid, msg.final_lsn.value, msg.commit_time_us, 0)
 
     def _commit(self, msg: po.Commit) -> ChangeChunk | None:
         chunk, self.chunk = self.chunk, None
@@ -128,81 +144,85 @@ class Assembler:
         if self.skipping:
             return None
         chunk.last, chunk.end_lsn = True, msg.end_lsn.value
+        chunk.versions = dict(self.versions)
         return chunk
 
-    def _new_chunk(self, xid: int, commit_lsn: int, commit_time_us: int) -> ChangeChunk:
-        chunk = ChangeChunk(xid, commit_lsn, commit_time_us, first_seq=self.seq)
-        chunk.relations, self.new_relations = self.new_relations, []
+    def _new_chunk(self, xid: int, commit_lsn: int, commit_time_us: int, seq: int) -> ChangeChunk:
+        chunk = ChangeChunk(xid, commit_lsn, commit_time_us, first_seq=seq)
+        if not self.skipping:  # a skipped transaction's chunk is dropped: relations wait
+            chunk.relations, self.new_relations = self.new_relations, []
         return chunk
 
-    def _append(  # noqa: PLR0917 - once per change: positional arguments are the cheapest
-        self, chunk: ChangeChunk, lsn: int, op: str, oid: int | None, old_kind: str | None,
-        old: bytes | None, new: bytes | None, size: int,
-        prefix: str | None = None, content: bytes | None = None, options: int | None = None,
-    ) -> None:  # fmt: skip
-        chunk.lsn.append(lsn)
-        chunk.op.append(op)
-        chunk.relation_oid.append(oid)
-        chunk.relation_version.append(None if oid is None else self.relations[oid].version)
-        chunk.old_kind.append(old_kind)
-        chunk.old_tuple.append(old)
-        chunk.new_tuple.append(new)
-        chunk.message_prefix.append(prefix)
-        chunk.message_content.append(content)
-        chunk.truncate_options.append(options)
-        chunk.nbytes += size
-        self.seq += 1
+    def _split(self, chunk: ChangeChunk) -> ChangeChunk:
+        """Hand over a full chunk; the transaction goes on in a new one."""
+        chunk.versions = dict(self.versions)
+        seq = chunk.first_seq + len(chunk)
+        self.chunk = self._new_chunk(chunk.xid, chunk.commit_lsn, chunk.commit_time_us, seq)
+        return chunk
 
     def _split_if_full(self, chunk: ChangeChunk) -> ChangeChunk | None:
-        """Hand over a full chunk; the transaction goes on in a new one."""
         if len(chunk) < self.budget.changes and chunk.nbytes < self.budget.nbytes:
             return None
-        self.chunk = self._new_chunk(chunk.xid, chunk.commit_lsn, chunk.commit_time_us)
-        return chunk
+        return self._split(chunk)
 
-    def _relation(self, msg: po.Relation) -> None:
-        name = TableName(msg.namespace or "pg_catalog", msg.name)
-        if name not in self.tables:
-            self.captured.discard(msg.oid)
-            return
-        previous = self.relations.get(msg.oid)
+    def _relation(self, msg: po.Relation) -> ChangeChunk | None:
+        """Record a table's shape. A new shape of a table mid-chunk splits the chunk first, so
+        each chunk reads every table with one descriptor."""
+        if TableName(msg.namespace or "pg_catalog", msg.name) not in self.tables:
+            self.versions.pop(msg.oid, None)
+            return None
+        chunk = self.chunk
+        handed: ChangeChunk | None = None
+        if chunk is not None and len(chunk) and msg.oid in self.versions and not self.skipping:
+            handed = self._split(chunk)
         described = self.describe(msg, self.type_names)
-        version = 0 if previous is None else previous.version + 1
+        version = self.versions.get(msg.oid, -1) + 1
         descriptor = RelationDescriptor(
             described.oid, version, described.schema, described.table,
             described.replica_identity, described.columns, described.primary_key,
         )  # fmt: skip
         self.relations[msg.oid] = descriptor
-        self.captured.add(msg.oid)
+        self.versions[msg.oid] = version
         if self.chunk is not None and not self.skipping:
             self.chunk.relations.append(descriptor)
         else:
             self.new_relations.append(descriptor)
+        return handed
 
-    def _truncate(self, lsn: int, msg: po.Truncate) -> ChangeChunk | None:
+    def _truncate(self, lsn: int, msg: po.Truncate, data: bytes) -> ChangeChunk | None:
+        """One change per captured table, each keeping the whole TRUNCATE message."""
         chunk = self.chunk
         if chunk is None or self.skipping:
             return None
-        options = int(msg.cascade) | int(msg.restart_identity) << 1
         for oid in msg.relation_oids:
-            if oid in self.captured:
-                op = ChangeOp.TRUNCATE.value
-                self._append(chunk, lsn, op, oid, None, None, None, 16, options=options)
+            if oid in self.versions:
+                chunk.lsn.append(lsn)
+                chunk.relation_oid.append(oid)
+                chunk.message.append(data)
+                chunk.nbytes += len(data)
         return self._split_if_full(chunk)
 
-    def _message(self, lsn: int, msg: po.LogicalMessage, size: int) -> ChangeChunk | None:
-        op = ChangeOp.MESSAGE.value
+    def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
         if msg.transactional:
             chunk = self.chunk
             if chunk is None or self.skipping:
                 return None
-            self._append(chunk, lsn, op, None, None, None, None, size, msg.prefix, msg.content)
+            chunk.lsn.append(lsn)
+            chunk.relation_oid.append(None)
+            chunk.message.append(data)
+            chunk.nbytes += len(data)
             return self._split_if_full(chunk)
-        if self.chunk is not None or msg.lsn.value <= self.skip_before:
-            return None  # a lone message never arrives inside a transaction; or already staged
-        seq, self.seq = self.seq, 0
-        lone = self._new_chunk(0, msg.lsn.value, self.now_us())
-        self._append(lone, lsn, op, None, None, None, None, size, msg.prefix, msg.content)
-        self.seq = seq
+        if self.chunk is not None:
+            return None  # a lone message never arrives inside a transaction
+        if self.stop_at is not None and msg.lsn.value >= self.stop_at:
+            self.finished = True
+            return None
+        if msg.lsn.value <= self.skip_before:
+            return None  # already staged
+        lone = self._new_chunk(0, msg.lsn.value, self.now_us(), 0)
+        lone.lsn.append(lsn)
+        lone.relation_oid.append(None)
+        lone.message.append(data)
+        lone.nbytes += len(data)
         lone.last, lone.end_lsn = True, msg.lsn.value
         return lone

@@ -2,8 +2,9 @@
 
 A file holds whole transactions: it is written under `_staging/tmp/`, fsynced, then renamed to
 `_staging/changes/<first commit LSN>_<last end LSN>.parquet`, so no reader sees half a file and
-names sort in LSN order. Values stay as pgoutput sent them (raw tuple bytes, lossless); the
-footer's `cdc` metadata holds the Relation descriptors needed to read them without the server.
+names sort in LSN order. Each change is the pgoutput message as the server sent it (lossless; its
+tuples are decoded after staging), and the footer's `cdc` metadata holds the Relation
+descriptors needed to read them without the server.
 A large transaction is written in row groups as it arrives, so it never sits in memory.
 """
 
@@ -18,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.errors import TerminalError
-from cdc_core.events import ChangeChunk, RelationDescriptor
+from cdc_core.events import ChangeChunk, ChangeOp, RelationDescriptor
 from cdc_core.lsn import Lsn
 
 FORMAT_VERSION = 1
@@ -29,24 +31,20 @@ METADATA_KEY = b"cdc"
 
 SCHEMA = pa.schema(
     [
-        ("commit_lsn", pa.int64()),
+        ("commit_lsn", pa.int64()),  # the transaction's commit LSN: files and rows sort by it
         ("xid", pa.int64()),
         ("commit_time_us", pa.int64()),
-        ("lsn", pa.int64()),
-        ("seq", pa.int32()),
-        ("op", pa.string()),
-        ("relation_oid", pa.int64()),
-        ("relation_version", pa.int32()),
-        ("old_kind", pa.string()),
-        ("old_tuple", pa.binary()),
-        ("new_tuple", pa.binary()),
-        ("message_prefix", pa.string()),
-        ("message_content", pa.binary()),
-        ("truncate_options", pa.int8()),
+        ("lsn", pa.int64()),  # of the change itself
+        ("seq", pa.int32()),  # position in the transaction
+        ("op", pa.string()),  # c u d t m, from the message's first byte
+        ("relation_oid", pa.int64()),  # null for logical messages
+        ("relation_version", pa.int32()),  # which descriptor in the footer reads this row
+        ("message", pa.binary()),  # the pgoutput message exactly as the server sent it
     ]
 )
-_CHUNK_COLUMNS = ("lsn", "op", "relation_oid", "relation_version", "old_kind", "old_tuple",
-                  "new_tuple", "message_prefix", "message_content", "truncate_options")  # fmt: skip
+_PG_KINDS = pa.array(["I", "U", "D", "T", "M"])
+_OPS = pa.array([op.value for op in (ChangeOp.CREATE, ChangeOp.UPDATE, ChangeOp.DELETE,
+                                     ChangeOp.TRUNCATE, ChangeOp.MESSAGE)])  # fmt: skip
 
 
 @dataclass(frozen=True, order=True)
@@ -126,7 +124,8 @@ class Stager:
         self.relations: dict[tuple[int, int], RelationDescriptor] = {}
         existing = staged_files(folder)
         self.published_end = existing[-1].end if existing else Lsn(0)
-        self.last_end = self.published_end
+        self.last_end = self.published_end  # end of the last whole transaction taken
+        self.clean_end = self.published_end  # nothing unpublished before this
         self.published: list[StagedFile] = []
         self._reset_file()
 
@@ -153,7 +152,7 @@ class Stager:
 
     def durable_end(self) -> Lsn:
         """How far the slot may be confirmed: nothing before this is unstaged."""
-        return self.published_end if self.pending else max(self.published_end, self.last_end)
+        return self.clean_end if self.pending else self.last_end
 
     def add(self, chunk: ChangeChunk) -> StagedFile | None:
         """Take a chunk; returns the file published when this chunk completed one."""
@@ -165,6 +164,8 @@ class Stager:
         if not chunk.last:
             return None
         self.last_end = Lsn(chunk.end_lsn)
+        if not self._file_rows:  # a transaction without captured changes: nothing to stage
+            self.clean_end = self.last_end
         if len(chunk) or chunk.first_seq:
             self._transactions += 1
         full = (
@@ -182,11 +183,16 @@ class Stager:
         cols["xid"].extend([chunk.xid] * n)
         cols["commit_time_us"].extend([chunk.commit_time_us] * n)
         cols["seq"].extend(range(chunk.first_seq, chunk.first_seq + n))
-        for name in _CHUNK_COLUMNS:
-            cols[name].extend(getattr(chunk, name))
-        for oid, version in zip(chunk.relation_oid, chunk.relation_version, strict=True):
-            if oid is not None and version is not None:
-                self._file_relations.add((oid, version))
+        cols["lsn"].extend(chunk.lsn)
+        cols["relation_oid"].extend(chunk.relation_oid)
+        cols["message"].extend(chunk.message)
+        versions = chunk.versions
+        cols["relation_version"].extend(
+            [None if o is None else versions[o] for o in chunk.relation_oid]
+        )
+        self._file_relations.update(
+            (o, versions[o]) for o in set(chunk.relation_oid) if o is not None
+        )
         self._buffered += n
         self._buffered_bytes += chunk.nbytes
         self._file_rows += n
@@ -202,8 +208,11 @@ class Stager:
             self.tmp.mkdir(parents=True, exist_ok=True)
             self._path = self.tmp / f"{uuid.uuid4().hex}.parquet"
             self._writer = pq.ParquetWriter(self._path, SCHEMA, compression=self.compression)
-        arrays = [pa.array(self._columns[f.name], f.type) for f in SCHEMA]
-        self._writer.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA))
+        arrays = {f.name: pa.array(self._columns[f.name], f.type) for f in SCHEMA if f.name != "op"}
+        first_bytes = pc.cast(pc.binary_slice(arrays["message"], 0, 1), pa.string())
+        arrays["op"] = _OPS.take(pc.index_in(first_bytes, value_set=_PG_KINDS))
+        table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
+        self._writer.write_table(table)
         self._columns = {f.name: [] for f in SCHEMA}
         self._buffered = self._buffered_bytes = 0
 
@@ -224,7 +233,7 @@ class Stager:
         self.folder.mkdir(parents=True, exist_ok=True)
         os.rename(self._path, self.folder / str(staged))
         _fsync(self.folder)
-        self.published_end = staged.end
+        self.published_end = self.clean_end = staged.end
         self.published.append(staged)
         self._reset_file()
         return staged
@@ -237,8 +246,12 @@ class Stager:
             "transactions": self._transactions,
             "changes": self._file_rows,
             "staged_at_us": time.time_ns() // 1000,
-            "relations": [self.relations[k].to_json() for k in sorted(self._file_relations)],
+            "relations": [self.relations[k].to_json() for k in self._referenced()],
         }
+
+    def _referenced(self) -> list[tuple[int, int]]:
+        """(oid, version) of every relation the open file's rows use (messages use none)."""
+        return sorted(self._file_relations)
 
     def abort(self) -> None:
         """Drop the open file (the transactions in it will be read again)."""
@@ -246,7 +259,7 @@ class Stager:
             self._writer.close()
         if self._path is not None:
             self._path.unlink(missing_ok=True)
-        self.last_end = self.published_end
+        self.last_end = self.clean_end
         self._reset_file()
 
 

@@ -1,6 +1,7 @@
 """Reading a slot: the streaming replication protocol (COPY BOTH) or bounded SQL peeks.
 
-Both yield `(lsn, message bytes)` pairs in the order the server decodes them, plus marks:
+Both yield batches of `(lsn, message bytes)` pairs in the order the server decodes them (a
+batch is whatever arrived together, at most `BATCH` messages), plus marks:
 `CaughtUp(p)` (the server has sent everything before `p`) and, for peeks, `Checkpoint`
 (stage what came so far before the next peek). Neither moves the slot on its own: `confirm`
 is called with positions that are durably staged.
@@ -42,7 +43,9 @@ class Checkpoint:
     """Stage and confirm everything received so far before more is read."""
 
 
-Event = tuple[int, bytes] | CaughtUp | Checkpoint
+Batch = list[tuple[int, bytes]]
+Event = Batch | CaughtUp | Checkpoint
+BATCH = 10_000
 
 
 def _options(publication: str) -> list[str]:
@@ -84,39 +87,57 @@ class StreamSource:
         self.flushed = max(self.flushed, start.value)
 
     def events(self) -> Iterator[Event]:
-        """Messages and keepalive positions, until the connection ends (a `TransientError`)."""
+        """Batches of messages and keepalive positions, until the connection ends."""
         assert self.conn is not None
         pgconn = self.conn.pgconn
-        sock = pgconn.socket
+        get = pgconn.get_copy_data
+        header = _XLOG_HEADER.unpack_from
         probe_at = time.monotonic() + self.idle_probe_s
+        batch: Batch = []
         while True:
-            n, buf = pgconn.get_copy_data(1)
+            n, buf = get(1)
             if n > 0:
                 kind = buf[0]
                 if kind == 0x77:  # 'w' XLogData: start, WAL end, send time, one pgoutput message
-                    yield _XLOG_HEADER.unpack_from(buf, 1)[0], bytes(buf[25:])
+                    batch.append((header(buf, 1)[0], bytes(buf[25:])))
+                    if len(batch) >= BATCH:
+                        yield batch
+                        batch = []
                 elif kind == 0x6B:  # 'k' keepalive: WAL end, send time, reply requested
+                    if batch:
+                        yield batch
+                        batch = []
                     wal_end, _, reply = _KEEPALIVE.unpack_from(buf, 1)
                     if reply:
                         self._status(request_reply=False)
                     yield CaughtUp(Lsn(wal_end))
+                continue
+            if batch:  # the socket is drained: hand over what came
+                yield batch
+                batch = []
                 probe_at = time.monotonic() + self.idle_probe_s
                 continue
             if n < 0:
                 raise TransientError(
                     f"replication stream on slot {self.slot!r} ended: {self._error()}"
                 )
-            now = time.monotonic()
-            if now >= probe_at:  # idle: ask for a keepalive, which tells how far the server is
-                self._status(request_reply=True)
-                probe_at = now + self.idle_probe_s
-            elif now - self._last_status >= self.status_interval_s:
-                self._status(request_reply=False)
-            try:
-                select.select([sock], [], [], self.idle_probe_s)
-                pgconn.consume_input()
-            except (OSError, psycopg.OperationalError) as e:
-                raise TransientError(f"replication connection lost: {e}") from e
+            probe_at = self._wait(probe_at)
+
+    def _wait(self, probe_at: float) -> float:
+        """Wait for data; when idle, ask for a keepalive (it says how far the server is)."""
+        assert self.conn is not None
+        now = time.monotonic()
+        if now >= probe_at:
+            self._status(request_reply=True)
+            probe_at = now + self.idle_probe_s
+        elif now - self._last_status >= self.status_interval_s:
+            self._status(request_reply=False)
+        try:
+            select.select([self.conn.pgconn.socket], [], [], self.idle_probe_s)
+            self.conn.pgconn.consume_input()
+        except (OSError, psycopg.OperationalError) as e:
+            raise TransientError(f"replication connection lost: {e}") from e
+        return probe_at
 
     def _error(self) -> str:
         assert self.conn is not None
@@ -157,18 +178,16 @@ class StreamSource:
 class SqlSource:
     """`pg_logical_slot_peek_binary_changes` bounded by LSN and count, then an advance."""
 
-    def __init__(self, dsn: Dsn, slot: str, publication: str, *, peek_changes: int = 100_000,
-                 work_mem: str = "256MB") -> None:  # fmt: skip
+    def __init__(
+        self, dsn: Dsn, slot: str, publication: str, *, peek_changes: int = 100_000
+    ) -> None:
         self.dsn, self.slot, self.publication = dsn, slot, publication
         self.peek_changes = peek_changes
-        self.work_mem = work_mem
         self.conn: psycopg.Connection[tuple[object, ...]] | None = None
         self.confirmed = Lsn(0)
 
     def open(self, start: Lsn) -> None:
         self.conn = connect(self.dsn, autocommit=True)
-        # a peek materializes its result: keep a bounded batch in memory instead of a temp file
-        self.conn.execute("SELECT set_config('work_mem', %s, false)", (self.work_mem,))
         state = slot_state(self.conn, self.slot)
         if state is None:
             raise TerminalError(f"replication slot {self.slot!r} does not exist")
@@ -188,11 +207,10 @@ class SqlSource:
             rows = 0
             try:
                 with self.conn.transaction(), self.conn.cursor(name="cdc_peek", binary=True) as cur:
-                    cur.itersize = 10_000
                     cur.execute(query, (self.slot, str(limit), self.peek_changes, *options))
-                    for lsn, data in cur:
-                        rows += 1
-                        yield int(lsn), bytes(data)  # type: ignore[call-overload]
+                    while fetched := cur.fetchmany(BATCH):
+                        rows += len(fetched)
+                        yield [(int(lsn), bytes(data)) for lsn, data in fetched]  # type: ignore[call-overload]
             except psycopg.OperationalError as e:
                 raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
             if rows == 0:

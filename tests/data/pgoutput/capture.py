@@ -2,7 +2,7 @@
 
 Each scenario runs its SQL against a fresh database on a throwaway PostgreSQL, then reads the
 slot through `pg_logical_slot_get_binary_changes` with the scenario's plugin options and writes
-`<scenario>.json`: the SQL, the options, the server version and every message as hex with its
+`<scenario>.json` (all of them, or those named on the command line): the SQL, the options, the server version and every message as hex with its
 LSN and xid. The golden tests decode these files; rerun this script only to refresh them.
 """
 
@@ -85,6 +85,14 @@ SCENARIOS: dict[str, dict[str, object]] = {
             "SELECT pg_replication_origin_session_reset()",
         ],
     },
+    "multi_row": {
+        "options": V1,
+        "sql": [
+            "INSERT INTO other (note) SELECT 'row ' || g FROM generate_series(1, 25) g",
+            "SELECT pg_logical_emit_message(false, 'lone', 'between transactions')",
+            "UPDATE other SET note = note || '!' WHERE id <= 3",
+        ],
+    },
     "binary_values": {
         "options": V1 | {"binary": "true"},
         "sql": ["INSERT INTO items (id, label, price) VALUES (7, 'bin', 1.5)"],
@@ -161,8 +169,10 @@ def capture(dsn: str, name: str, scenario: dict[str, object]) -> dict[str, objec
 
 
 def main() -> None:
+    wanted = sys.argv[1:] or list(SCENARIOS)  # refresh only the scenarios named, if any
     with throwaway_cluster("golden") as cluster:
-        for name, scenario in SCENARIOS.items():
+        for name in wanted:
+            scenario = SCENARIOS[name]
             db = f"golden_{name}"
             with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
                 conn.execute(f'CREATE DATABASE "{db}"')

@@ -1,0 +1,214 @@
+"""The assembler turns captured pgoutput messages into chunks of whole committed transactions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cdc_core.errors import DecodeError
+from cdc_core.events import ColumnDescriptor, RelationDescriptor
+from cdc_core.identifiers import TableName
+from cdc_core.lsn import Lsn
+from cdc_core.pg import pgoutput as po
+from cdc_core.reader import Assembler, Budget
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "pgoutput"
+ITEMS, OTHER, FULL = (
+    TableName("public", "items"),
+    TableName("public", "other"),
+    TableName("public", "full_items"),
+)
+
+
+def describe(rel: po.Relation, type_names: dict[int, str]) -> RelationDescriptor:
+    """A catalog-free description: the first replica-identity column stands for the key."""
+    columns = tuple(
+        ColumnDescriptor(
+            c.name,
+            c.type_oid,
+            c.type_modifier,
+            type_names.get(c.type_oid, str(c.type_oid)),
+            c.is_key,
+        )
+        for c in rel.columns
+    )
+    key = tuple(c.name for c in rel.columns if c.is_key)[:1]
+    return RelationDescriptor(
+        rel.oid, 0, rel.namespace, rel.name, rel.replica_identity, columns, key
+    )
+
+
+def messages(name: str) -> list[tuple[int, bytes]]:
+    capture = json.loads((DATA / f"{name}.json").read_text())
+    return [(Lsn.parse(m["lsn"]).value, bytes.fromhex(m["hex"])) for m in capture["messages"]]
+
+
+def run(assembler: Assembler, name: str) -> list:
+    out = []
+    for lsn, data in messages(name):
+        chunk = assembler.feed(lsn, data)
+        if chunk is not None:
+            out.append(chunk)
+    return out
+
+
+def commits(name: str) -> list[po.Commit]:
+    return [m for m in (po.decode(d) for _, d in messages(name)) if isinstance(m, po.Commit)]
+
+
+def ops(chunk: object) -> list[str]:
+    return [bytes(m[:1]).decode() for m in chunk.message]  # type: ignore[attr-defined]
+
+
+def test_each_transaction_becomes_one_chunk_in_commit_order() -> None:
+    chunks = run(Assembler([ITEMS], describe), "update_key_and_toast")
+    assert [ops(c) for c in chunks] == [["I"], ["U"], ["U"], ["D"]]
+    assert all(c.last for c in chunks)
+    assert [c.end_lsn for c in chunks] == [m.end_lsn.value for m in commits("update_key_and_toast")]
+    assert [c.commit_lsn for c in chunks] == [
+        m.commit_lsn.value for m in commits("update_key_and_toast")
+    ]
+    key_change = po.decode(chunks[2].message[0])
+    assert isinstance(key_change, po.Update)
+    assert key_change.old_kind == b"K"
+    assert key_change.old is not None
+    assert key_change.old.columns()[0].data == b"1"
+    assert key_change.new.columns()[0].data == b"10"
+    assert chunks[3].relation_oid == [key_change.relation_oid]
+    assert [c.lsn for c in chunks] == [
+        [lsn] for lsn, d in messages("update_key_and_toast") if d[:1] in b"IUD"
+    ]
+
+
+def test_a_relation_travels_with_the_first_chunk_that_follows_it() -> None:
+    chunks = run(Assembler([ITEMS], describe), "update_key_and_toast")
+    assert [(r.table, r.version) for r in chunks[0].relations] == [("items", 0)]
+    assert chunks[0].versions == {chunks[0].relation_oid[0]: 0}
+    assert not chunks[1].relations
+
+
+def test_already_staged_transactions_are_skipped_but_their_relations_kept() -> None:
+    second_end = commits("update_key_and_toast")[1].end_lsn
+    chunks = run(Assembler([ITEMS], describe, skip_before=second_end), "update_key_and_toast")
+    assert [ops(c) for c in chunks] == [["U"], ["D"]]
+    assert [r.table for r in chunks[0].relations] == ["items"]
+
+
+def test_changes_of_tables_not_captured_are_dropped_but_transactions_still_end() -> None:
+    chunks = run(Assembler([OTHER], describe), "update_key_and_toast")
+    assert [len(c) for c in chunks] == [0, 0, 0, 0]
+    assert all(c.last and c.end_lsn for c in chunks)
+
+
+def test_a_large_transaction_arrives_in_chunks_within_the_budget() -> None:
+    chunks = run(Assembler([OTHER], describe, budget=Budget(changes=10)), "multi_row")
+    big = chunks[:3]
+    assert [len(c) for c in big] == [10, 10, 5]
+    assert [c.first_seq for c in big] == [0, 10, 20]
+    assert [c.last for c in big] == [False, False, True]
+    assert len({c.commit_lsn for c in big}) == 1
+
+
+def test_a_lone_message_is_its_own_transaction_at_its_lsn() -> None:
+    chunks = run(Assembler([OTHER], describe, now_us=lambda: 42), "multi_row")
+    lone = chunks[1]
+    assert (lone.xid, ops(lone), lone.relation_oid) == (0, ["M"], [None])
+    decoded = po.decode(lone.message[0])
+    assert isinstance(decoded, po.LogicalMessage)
+    assert (decoded.prefix, decoded.content) == ("lone", b"between transactions")
+    assert lone.commit_lsn == lone.end_lsn
+    assert lone.commit_time_us == 42
+    assert lone.last
+    assert ops(chunks[2]) == ["U", "U", "U"]
+    assert chunks[2].first_seq == 0
+
+
+def test_a_staged_lone_message_is_not_staged_again() -> None:
+    first = run(Assembler([OTHER], describe), "multi_row")
+    lone_lsn = first[1].end_lsn
+    again = run(Assembler([OTHER], describe, skip_before=Lsn(lone_lsn)), "multi_row")
+    assert [ops(c) for c in again] == [["U", "U", "U"]]
+
+
+def test_transactional_messages_stay_inside_their_transaction() -> None:
+    chunks = run(Assembler([OTHER], describe), "messages")
+    assert po.decode(chunks[0].message[0]).prefix == "heartbeat"  # type: ignore[union-attr]
+    inside = chunks[1]
+    assert ops(inside) == ["M", "I"]
+    assert inside.relation_oid[0] is None
+    assert po.decode(inside.message[0]).content == b'{"a":1}'  # type: ignore[union-attr]
+    assert inside.xid > 0
+
+
+def test_truncate_gives_one_change_per_captured_table_with_its_options() -> None:
+    chunks = run(Assembler([ITEMS, FULL], describe), "truncate")
+    truncates = [c for c in chunks if "T" in ops(c)]
+    first, second = (po.decode(c.message[0]) for c in truncates)
+    assert [len(c) for c in truncates] == [1, 1]  # other is not captured: items, then full_items
+    assert (first.cascade, first.restart_identity) == (True, True)  # type: ignore[union-attr]
+    assert (second.cascade, second.restart_identity) == (False, False)  # type: ignore[union-attr]
+
+
+def test_replica_identity_full_keeps_old_rows() -> None:
+    chunks = run(Assembler([FULL], describe), "replica_identity_full")
+    assert [po.split_row_change(c.message[0])[1] for c in chunks] == [None, "O", "O"]
+    assert chunks[0].relations[0].replica_identity is po.ReplicaIdentity.FULL
+
+
+def test_a_second_relation_message_bumps_the_version() -> None:
+    assembler = Assembler([ITEMS], describe)
+    msgs = messages("update_key_and_toast")
+    relation = next(d for _, d in msgs if d[:1] == b"R")
+    for lsn, data in msgs[:5]:
+        assembler.feed(lsn, data)
+    assembler.feed(msgs[5][0], msgs[5][1])  # Begin of the second transaction
+    assembler.feed(msgs[5][0], relation)
+    assert assembler.relations[po.decode(relation).oid].version == 1
+    assert assembler.versions[po.decode(relation).oid] == 1
+
+
+def test_streamed_transactions_are_refused_clearly() -> None:
+    lsn, data = messages("streamed_commit")[0]
+    with pytest.raises(DecodeError, match="streamed transactions need protocol 2"):
+        Assembler([OTHER], describe).feed(lsn, data)
+
+
+def test_a_change_outside_a_transaction_is_a_protocol_error() -> None:
+    lsn, data = next((lsn, d) for lsn, d in messages("insert_types") if d[:1] == b"I")
+    with pytest.raises(DecodeError, match="outside any transaction"):
+        Assembler([ITEMS], describe).feed(lsn, data)
+
+
+def test_the_run_stops_before_the_first_transaction_at_the_end_position() -> None:
+    third = commits("update_key_and_toast")[2]
+    assembler = Assembler([ITEMS], describe, stop_at=third.commit_lsn)
+    chunks = assembler.feed_many(messages("update_key_and_toast"))
+    assert [ops(c) for c in chunks] == [["I"], ["U"]]
+    assert assembler.finished
+    assert not assembler.in_transaction
+
+
+def test_a_batch_gives_the_same_chunks_as_one_message_at_a_time() -> None:
+    one_by_one = run(Assembler([ITEMS, OTHER, FULL], describe), "truncate")
+    batched = Assembler([ITEMS, OTHER, FULL], describe).feed_many(messages("truncate"))
+    assert [(c.message, c.commit_lsn, c.end_lsn, c.relation_oid) for c in batched] == [
+        (c.message, c.commit_lsn, c.end_lsn, c.relation_oid) for c in one_by_one
+    ]
+
+
+def test_a_new_shape_of_a_table_mid_chunk_splits_the_chunk() -> None:
+    assembler = Assembler([ITEMS], describe)
+    msgs = messages("update_key_and_toast")
+    relation = next(d for _, d in msgs if d[:1] == b"R")
+    begin_lsn, begin = msgs[0]
+    assembler.feed(begin_lsn, begin)
+    assembler.feed(*next((lsn, d) for lsn, d in msgs if d[:1] == b"R"))
+    assembler.feed(*next((lsn, d) for lsn, d in msgs if d[:1] == b"I"))
+    handed = assembler.feed(msgs[1][0], relation)  # the same table described again
+    assert handed is not None
+    assert (len(handed), handed.last, handed.versions) == (1, False, {po.decode(relation).oid: 0})
+    assert assembler.chunk is not None
+    assert assembler.chunk.first_seq == 1
+    assert [r.version for r in assembler.chunk.relations] == [1]

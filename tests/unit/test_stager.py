@@ -1,0 +1,179 @@
+"""The stager publishes whole transactions atomically, in files named by LSN range."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_core.events import ChangeChunk, ColumnDescriptor, RelationDescriptor
+from cdc_core.lsn import Lsn
+from cdc_core.pg.pgoutput import ReplicaIdentity
+from cdc_core.stager import (
+    Limits,
+    StagedFile,
+    Stager,
+    iter_rows,
+    read_metadata,
+    relations_of,
+    staged_files,
+)
+
+ORDERS = RelationDescriptor(
+    16400, 0, "public", "orders", ReplicaIdentity.DEFAULT,
+    (ColumnDescriptor("id", 20, -1, "bigint", True), ColumnDescriptor("note", 25, -1, "text", False)),
+    ("id",),
+)  # fmt: skip
+
+
+def insert(i: int) -> bytes:
+    """An INSERT message of `orders` carrying the one-column tuple `row<i>`."""
+    value = f"row{i}".encode()
+    return (
+        b"I"
+        + struct.pack(">I", ORDERS.oid)
+        + b"N"
+        + struct.pack(">hci", 1, b"t", len(value))
+        + value
+    )
+
+
+def chunk(
+    commit: int, end: int, n: int, *, first_seq: int = 0, last: bool = True, relations: bool = False
+) -> ChangeChunk:
+    c = ChangeChunk(
+        xid=commit, commit_lsn=commit, commit_time_us=1_700_000_000_000_000, first_seq=first_seq
+    )
+    for i in range(n):
+        c.lsn.append(commit - 100 + first_seq + i)
+        c.relation_oid.append(ORDERS.oid)
+        c.message.append(insert(first_seq + i))
+        c.nbytes += 20
+    c.versions = {ORDERS.oid: 0}
+    c.last, c.end_lsn = last, end if last else 0
+    if relations:
+        c.relations.append(ORDERS)
+    return c
+
+
+def stager(tmp_path: Path, **limits: int) -> Stager:
+    return Stager(tmp_path / "changes", tmp_path / "tmp", limits=Limits(**limits))
+
+
+def test_names_parse_back_and_sort_in_lsn_order() -> None:
+    a = StagedFile(Lsn.parse("0/FFFFFFFF"), Lsn.parse("1/10"))
+    b = StagedFile(Lsn.parse("1/20"), Lsn.parse("A/0"))
+    assert str(a) == "00000000FFFFFFFF_0000000100000010.parquet"
+    assert StagedFile.parse(str(a)) == a
+    assert sorted([str(b), str(a)]) == [str(a), str(b)]
+    with pytest.raises(ValueError, match="not a staged change file"):
+        StagedFile.parse("0000000000000001.parquet")
+
+
+def test_a_file_holds_whole_transactions_named_by_their_range(tmp_path: Path) -> None:
+    s = stager(tmp_path)
+    assert s.add(chunk(1000, 1010, 2, relations=True)) is None
+    assert s.add(chunk(2000, 2010, 3)) is None
+    staged = s.flush()
+    assert staged == StagedFile(Lsn(1000), Lsn(2010))
+    path = tmp_path / "changes" / str(staged)
+    rows = list(iter_rows(path))
+    assert [(r["commit_lsn"], r["seq"], r["op"], r["message"]) for r in rows] == [
+        (1000, 0, "c", insert(0)), (1000, 1, "c", insert(1)),
+        (2000, 0, "c", insert(0)), (2000, 1, "c", insert(1)), (2000, 2, "c", insert(2)),
+    ]  # fmt: skip
+    assert {(r["relation_oid"], r["relation_version"]) for r in rows} == {(ORDERS.oid, 0)}
+    meta = read_metadata(path)
+    assert (meta["changes"], meta["transactions"], meta["end_lsn"]) == (5, 2, str(Lsn(2010)))
+    assert relations_of(path) == {(ORDERS.oid, 0): ORDERS}
+    assert s.published_end == Lsn(2010)
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_large_transaction_spills_in_row_groups_and_publishes_at_commit(tmp_path: Path) -> None:
+    s = stager(tmp_path, row_group_changes=4)
+    s.add(chunk(1000, 0, 5, last=False, relations=True))
+    assert s.pending
+    assert staged_files(tmp_path / "changes") == []
+    assert len(list((tmp_path / "tmp").iterdir())) == 1  # already on disk, not yet visible
+    s.add(chunk(1000, 1500, 5, first_seq=5))
+    staged = s.flush()
+    assert staged is not None
+    path = tmp_path / "changes" / str(staged)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 2  # one per full buffer
+    assert [r["seq"] for r in iter_rows(path)] == list(range(10))
+
+
+def test_files_roll_over_at_a_transaction_boundary(tmp_path: Path) -> None:
+    s = stager(tmp_path, file_changes=4)
+    s.add(chunk(1000, 1010, 3, relations=True))
+    first = s.add(chunk(2000, 2010, 3))
+    assert first == StagedFile(Lsn(1000), Lsn(2010))
+    s.add(chunk(3000, 3010, 1))
+    assert s.flush() == StagedFile(Lsn(3000), Lsn(3010))
+    assert staged_files(tmp_path / "changes") == [first, StagedFile(Lsn(3000), Lsn(3010))]
+    assert relations_of(tmp_path / "changes" / str(StagedFile(Lsn(3000), Lsn(3010)))) == {
+        (ORDERS.oid, 0): ORDERS
+    }
+
+
+def test_flush_refuses_to_cut_a_transaction(tmp_path: Path) -> None:
+    s = stager(tmp_path)
+    s.add(chunk(1000, 0, 2, last=False, relations=True))
+    with pytest.raises(RuntimeError, match="whole transactions only"):
+        s.flush()
+
+
+def test_durable_end_moves_past_empty_transactions_only_when_nothing_is_pending(
+    tmp_path: Path,
+) -> None:
+    s = stager(tmp_path)
+    s.add(chunk(1000, 1010, 0))
+    assert s.durable_end() == Lsn(1010)
+    s.add(chunk(2000, 2010, 2, relations=True))
+    s.add(chunk(3000, 3010, 0))
+    assert s.durable_end() == Lsn(1010)  # rows of 2000 are not published yet
+    s.flush()
+    assert s.durable_end() == Lsn(3010)
+
+
+def test_abort_drops_the_open_file_and_recover_clears_leftovers(tmp_path: Path) -> None:
+    s = stager(tmp_path, row_group_changes=1)
+    s.add(chunk(1000, 0, 3, last=False, relations=True))
+    s.abort()
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert not s.pending
+    (tmp_path / "tmp" / "half.parquet").write_bytes(b"PAR1")
+    stager(tmp_path).recover()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_new_stager_resumes_after_the_last_published_file(tmp_path: Path) -> None:
+    s = stager(tmp_path)
+    s.add(chunk(1000, 1010, 1, relations=True))
+    s.flush()
+    again = stager(tmp_path)
+    assert again.published_end == Lsn(1010)
+    assert again.durable_end() == Lsn(1010)
+
+
+def test_ops_follow_the_message_type_and_messages_have_no_relation(tmp_path: Path) -> None:
+    c = chunk(1000, 1010, 1, relations=True)
+    for kind in (b"U", b"D", b"T", b"M"):
+        c.lsn.append(1000)
+        c.relation_oid.append(None if kind == b"M" else ORDERS.oid)
+        c.message.append(kind + b"...")
+    s = stager(tmp_path)
+    s.add(c)
+    staged = s.flush()
+    assert staged is not None
+    rows = list(iter_rows(tmp_path / "changes" / str(staged)))
+    assert [(r["op"], r["relation_version"]) for r in rows] == [
+        ("c", 0),
+        ("u", 0),
+        ("d", 0),
+        ("t", 0),
+        ("m", None),
+    ]
