@@ -64,6 +64,7 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
         )
         ensure_slot(conn, source.slot)
         end = flush_position(conn)
+        database = catalog.current_database(conn).name
     settings = config.pipeline.capture
     limits = Limits(
         file_changes=settings.file_changes,
@@ -71,7 +72,14 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
         row_group_changes=settings.chunk_changes,
         row_group_bytes=settings.chunk_bytes,
     )
-    stager = Stager(lake.changes, lake.staging_tmp, limits=limits, compression=settings.compression)
+    context = {"database": database, "pipeline": config.pipeline.name, "slot": source.slot}
+    stager = Stager(
+        lake.changes,
+        lake.staging_tmp,
+        limits=limits,
+        compression=settings.compression,
+        source=context,
+    )
     stager.recover()
     counts = [0, 0]
     for attempt in range(settings.retries + 1):

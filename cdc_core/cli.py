@@ -47,6 +47,8 @@ def configure_logging(debug: bool = False) -> None:
     )
     for noisy in ("py4j", "psycopg"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not debug:  # PySpark logs every failed query as a JSON record; one line says it all
+        logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -26,13 +26,21 @@ class ChangeOp(str, Enum):
 
 @dataclass(frozen=True)
 class ColumnDescriptor:
-    """A column as a Relation message describes it, with the type's catalog name."""
+    """A column as a Relation message describes it, with its type resolved in the catalog.
+
+    `base_*` describe the type behind domains, and for arrays the element's type: what the
+    silver type mapping needs (`cdc_core.pgtypes.ColumnType`).
+    """
 
     name: str
     type_oid: int
     type_modifier: int
-    type_name: str
+    type_name: str  # format_type(): what users read, e.g. numeric(10,2), public.mood, text[]
     in_identity: bool
+    base_type: str = "text"  # pg_type.typname of the resolved (element) type
+    base_kind: str = "b"  # its typtype: b base, e enum, c composite, r range, m multirange
+    base_modifier: int = -1
+    is_array: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,17 @@ class RelationDescriptor:
             "replica_identity": self.replica_identity.value,
             "primary_key": list(self.primary_key),
             "columns": [
-                [c.name, c.type_oid, c.type_modifier, c.type_name, c.in_identity]
+                [
+                    c.name,
+                    c.type_oid,
+                    c.type_modifier,
+                    c.type_name,
+                    c.in_identity,
+                    c.base_type,
+                    c.base_kind,
+                    c.base_modifier,
+                    c.is_array,
+                ]
                 for c in self.columns
             ],
         }
@@ -64,8 +82,10 @@ class RelationDescriptor:
     @classmethod
     def from_json(cls, data: dict[str, object]) -> RelationDescriptor:
         columns = tuple(
-            ColumnDescriptor(str(n), int(o), int(m), str(t), bool(k))
-            for n, o, m, t, k in data["columns"]  # type: ignore[attr-defined]
+            ColumnDescriptor(
+                str(n), int(o), int(m), str(t), bool(k), str(b), str(bk), int(bm), bool(a)
+            )
+            for n, o, m, t, k, b, bk, bm, a in data["columns"]  # type: ignore[attr-defined]
         )
         return cls(
             oid=int(data["oid"]),  # type: ignore[call-overload]

@@ -10,6 +10,7 @@ driver class loader before the SparkContext exists, and shipped to executors wit
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,6 +55,9 @@ def _new_session(settings: SparkSettings, app_name: str) -> SparkSession:
     if not submitted:
         builder = builder.master(settings.master)
     conf = dict(settings.conf)
+    # Python workers run the interpreter the driver runs (its packages), unless the platform
+    # chose one; PySpark reads only this variable, when the SparkContext starts
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if jars:
         if submitted:
             _add_to_driver_class_loader(jars)

@@ -14,7 +14,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,9 +116,17 @@ class Limits:
 class Stager:
     """Appends chunks to the open file and publishes it atomically at transaction boundaries."""
 
-    def __init__(self, folder: Path, tmp: Path, *, limits: Limits = Limits(),
-                 compression: str = "zstd") -> None:  # fmt: skip
+    def __init__(
+        self,
+        folder: Path,
+        tmp: Path,
+        *,
+        limits: Limits = Limits(),
+        compression: str = "zstd",
+        source: Mapping[str, str] | None = None,
+    ) -> None:
         self.folder, self.tmp = folder, tmp
+        self.source = dict(source or {})  # database, pipeline, slot: recorded in each footer
         self.limits = limits
         self.compression = compression
         self.relations: dict[tuple[int, int], RelationDescriptor] = {}
@@ -246,6 +254,7 @@ class Stager:
             "transactions": self._transactions,
             "changes": self._file_rows,
             "staged_at_us": time.time_ns() // 1000,
+            "source": self.source,
             "relations": [self.relations[k].to_json() for k in self._referenced()],
         }
 

@@ -24,13 +24,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     mode.add_argument("--once", action="store_true", help="drain the WAL seen at start (default)")
     mode.add_argument("--continuous", action="store_true", help="micro-batches until stopped")
     parser.add_argument("--max-batches", type=int, default=None, metavar="N")
+    parser.add_argument(
+        "--capture-only", action="store_true",
+        help="read and stage only, without Spark; bronze and silver catch up on the next run",
+    )  # fmt: skip
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     return parser.parse_args(argv)
 
 
 def ingest(args: argparse.Namespace) -> int:
     config = load_pipeline(args.pipeline, args.env)
-    summary = run(config, RunOptions(continuous=args.continuous, max_batches=args.max_batches))
+    options = RunOptions(args.continuous, args.max_batches, capture_only=args.capture_only)
+    summary = run(config, options)
     print(summary.describe())
     return EXIT_OK
 

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import pytest
+
+from cdc_core.config import SparkSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TIERS = ("unit", "spark", "integration")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -57,3 +65,35 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if IN_CI and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+TEST_SPARK = SparkSettings(
+    master="local[2]",
+    jars="resolve",
+    conf=MappingProxyType(
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.log.level": "WARN",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+        }
+    ),
+)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession with Delta for the run, built the way the product builds it."""
+    from cdc_core.errors import SetupError
+    from cdc_core.spark import build_spark
+
+    try:
+        session = build_spark(TEST_SPARK, "cdc-tests")
+    except SetupError as e:
+        unavailable(f"no Spark with Delta: {e}")
+    yield session
+    session.stop()

@@ -225,6 +225,52 @@ class CaptureConfig:
 
 
 @dataclass(frozen=True)
+class SilverConfig:
+    """How the typed silver mirrors are kept; type modes carry Debezium's names and values."""
+
+    soft_delete: bool = field(
+        default=False,
+        metadata=meta("keep deleted rows, marked _cdc_deleted = true, instead of deleting them"),
+    )
+    decimal_handling_mode: Literal["precise", "double", "string"] = field(
+        default="precise",
+        metadata=meta(
+            "precise: numeric(p,s) with p <= 38 as decimal(p,s), other numerics as exact "
+            "strings; double: as double (approximate); string: as strings",
+            key="decimal.handling.mode", debezium="decimal.handling.mode",
+        ),
+    )  # fmt: skip
+    time_precision_mode: Literal[
+        "adaptive", "adaptive_time_microseconds", "microseconds", "isostring", "connect"
+    ] = field(
+        default="adaptive",
+        metadata=meta(
+            "how time (of day) is typed: adaptive (ms for time(0-3), else microseconds), "
+            "microseconds, isostring, connect (ms, loses precision)",
+            key="time.precision.mode", debezium="time.precision.mode",
+        ),
+    )  # fmt: skip
+    interval_handling_mode: Literal["string", "numeric"] = field(
+        default="string",
+        metadata=meta(
+            "string: exact ISO-8601 (P1Y2M3DT4H5M6.78S); numeric: microseconds, months as "
+            "30.4375 days (Debezium's default; approximate)",
+            key="interval.handling.mode", debezium="interval.handling.mode",
+        ),
+    )  # fmt: skip
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = field(
+        default="bytes",
+        metadata=meta("bytea as binary, or as strings in base64, base64-url-safe or hex",
+                      key="binary.handling.mode", debezium="binary.handling.mode"),
+    )  # fmt: skip
+    hstore_handling_mode: Literal["json", "map"] = field(
+        default="json",
+        metadata=meta("hstore as a JSON string, or as map<string,string>",
+                      key="hstore.handling.mode", debezium="hstore.handling.mode"),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """One pipeline file: what is captured, and where it lands."""
 
@@ -237,6 +283,7 @@ class PipelineConfig:
     capture: CaptureConfig = field(
         default_factory=CaptureConfig, metadata=meta("reading the slot and staging")
     )
+    silver: SilverConfig = field(default_factory=SilverConfig, metadata=meta("the silver mirrors"))
 
     def __post_init__(self) -> None:
         if not _PIPELINE_NAME.fullmatch(self.name):
@@ -298,8 +345,10 @@ class CatalogSettings:
         metadata=meta("register each silver table so users can SELECT ... FROM it"),
     )
     database: str = field(
-        default="cdc", metadata=meta("catalog database (schema) the tables are registered in")
-    )
+        default="cdc_{schema}",
+        metadata=meta("catalog database the mirrors are registered in; {schema} is the source "
+                      "schema, so public.customers becomes cdc_public.customers"),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -308,10 +308,52 @@ def replication_usage(conn: Connection) -> ReplicationUsage:
     return ReplicationUsage(int(slots), int(senders))
 
 
+def _type_rows(conn: Connection, oids: set[int]) -> dict[int, tuple[str, str, int, int, int, str]]:
+    rows = _rows(
+        conn,
+        "SELECT oid::int, typname::text, typtype::text, typbasetype::int, typtypmod, typelem::int, "
+        "typcategory::text FROM pg_type WHERE oid = ANY(%s)",
+        (list(oids),),
+    )
+    return {
+        int(r[0]): (str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5]), str(r[6])) for r in rows
+    }
+
+
+def resolve_types(
+    conn: Connection, columns: Sequence[tuple[int, int]]
+) -> list[tuple[str, str, int, bool]]:
+    """(typname, typtype, typmod, is array) of each (type oid, typmod) behind domains and arrays.
+
+    A domain's own typmod (say numeric(10,2)) applies when the column has none; for an array
+    the element's type is resolved the same way. A type the catalog no longer has reads as text.
+    """
+    known: dict[int, tuple[str, str, int, int, int, str]] = {}
+    out = []
+    for column_oid, column_modifier in columns:
+        oid, modifier, is_array = column_oid, column_modifier, False
+        for _ in range(32):  # domains over domains over arrays: a bounded walk
+            if oid not in known:
+                known.update(_type_rows(conn, {oid}))
+            row = known.get(oid)
+            if row is None:
+                out.append(("text", "b", -1, is_array))
+                break
+            name, kind, base, base_mod, element, category = row
+            if kind == "d":
+                oid, modifier = base, modifier if modifier != -1 else base_mod
+            elif category == "A" and element and not is_array:
+                oid, is_array = element, True
+            else:
+                out.append((name, kind, modifier, is_array))
+                break
+    return out
+
+
 def describe_relation(
     conn: Connection, relation: Relation, type_names: dict[int, str]
 ) -> RelationDescriptor:
-    """A Relation message with the catalog's primary key and type names added.
+    """A Relation message with the catalog's primary key and types added.
 
     The catalog is read now, not as of the WAL position: after a key change, the current key is
     used (as Debezium does). A type the catalog no longer has keeps the name pgoutput sent.
@@ -335,10 +377,12 @@ def describe_relation(
         (oids, mods),
     )
     names = [str(n) if n is not None and not str(n).startswith("???") else "" for (n,) in rows]
+    resolved = resolve_types(conn, list(zip(oids, mods, strict=True)))
     columns = tuple(
         ColumnDescriptor(
             c.name, c.type_oid, c.type_modifier,
             names[i] or type_names.get(c.type_oid, str(c.type_oid)), c.is_key,
+            *resolved[i],
         )
         for i, c in enumerate(relation.columns)
     )  # fmt: skip

@@ -11,11 +11,24 @@ from cdc_core.errors import TransientError
 APPLICATION_NAME = "cdc-lake"
 CONNECT_TIMEOUT_S = 10
 
+# Output settings for every session that reads values (pgoutput formats values with the
+# walsender session's settings): the same text whatever the server's defaults are.
+VALUE_SETTINGS = {
+    "DateStyle": "ISO",
+    "IntervalStyle": "iso_8601",
+    "TimeZone": "UTC",
+    "extra_float_digits": "1",
+    "bytea_output": "hex",
+    "lc_monetary": "C",
+}
+VALUE_OPTIONS = " ".join(f"-c {k}={v}" for k, v in VALUE_SETTINGS.items())
+
 
 def connect(
-    dsn: Dsn, *, autocommit: bool = True, replication: bool = False
+    dsn: Dsn, *, autocommit: bool = True, replication: bool = False, values: bool = False
 ) -> psycopg.Connection[tuple[object, ...]]:
-    """Open a connection; `replication=True` opens a logical replication (walsender) session.
+    """Open a connection; `replication=True` opens a logical replication (walsender) session,
+    `values=True` a session that formats values with `VALUE_SETTINGS` (replication implies it).
 
     A server that cannot be reached is a `TransientError` (it may be restarting); the message
     shows the connection string without its password.
@@ -25,6 +38,7 @@ def connect(
         application_name=APPLICATION_NAME,
         connect_timeout=CONNECT_TIMEOUT_S,
         **({"replication": "database"} if replication else {}),
+        **({"options": VALUE_OPTIONS} if replication or values else {}),
     )
     try:
         return psycopg.connect(conninfo, autocommit=autocommit)

@@ -275,6 +275,32 @@ def _tuple_end(data: bytes, pos: int) -> int:
     return pos
 
 
+UNCHANGED = object()  # an unchanged TOASTed value: the server did not send it
+
+
+def tuple_values(raw: bytes) -> list[bytes | object | None]:
+    """The values of a tuple, fast: bytes (text or binary form), None for NULL, `UNCHANGED`."""
+    (ncols,) = _I16.unpack_from(raw, 0)
+    pos = 2
+    out: list[bytes | object | None] = []
+    append, unpack = out.append, _I32.unpack_from
+    for _ in range(ncols):
+        kind = raw[pos]
+        if kind in (0x74, 0x62):  # 't', 'b'
+            (length,) = unpack(raw, pos + 1)
+            append(raw[pos + 5 : pos + 5 + length])
+            pos += 5 + length
+        elif kind == 0x6E:  # 'n'
+            append(None)
+            pos += 1
+        elif kind == 0x75:  # 'u'
+            append(UNCHANGED)
+            pos += 1
+        else:
+            raise DecodeError(f"unknown tuple column kind {bytes([kind])!r}")
+    return out
+
+
 def _decode_tuple(raw: bytes) -> tuple[TupleColumn, ...]:
     (ncols,) = _I16.unpack_from(raw, 0)
     pos, out = 2, []

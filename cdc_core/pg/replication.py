@@ -187,7 +187,7 @@ class SqlSource:
         self.confirmed = Lsn(0)
 
     def open(self, start: Lsn) -> None:
-        self.conn = connect(self.dsn, autocommit=True)
+        self.conn = connect(self.dsn, autocommit=True, values=True)
         state = slot_state(self.conn, self.slot)
         if state is None:
             raise TerminalError(f"replication slot {self.slot!r} does not exist")

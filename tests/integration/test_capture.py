@@ -11,18 +11,14 @@ import os
 import random
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from cdc_core.errors import SetupError
-from cdc_core.launch import submit_environment
 from cdc_core.lsn import Lsn
 from cdc_core.pg.local import throwaway_cluster
 from cdc_core.sample.shop import create_schema, load_shop
@@ -31,71 +27,10 @@ from cdc_core.stager import read_metadata, staged_files
 from tests.conftest import unavailable
 from tests.integration.conftest import PgServer
 from tests.integration.ground_truth import comparable, create_truth_slot, read_truth, staged_changes
+from tests.integration.harness import Pipeline, make_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_TABLES = ["public.customers", "public.orders", "public.order_items"]
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """A pipeline file in a temporary project home, and how to run ingest on it."""
-
-    home: Path
-    dsn: str
-    slot: str
-
-    @property
-    def changes(self) -> Path:
-        return self.home / "lake" / "_staging" / "changes"
-
-    def ingest(self, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-            env=self.env(), cwd=self.home, capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
-
-    def start_ingest(self) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-            env=self.env(), cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-
-    def env(self) -> dict[str, str]:
-        return submit_environment({"CDC_HOME": str(self.home)})
-
-    def confirmed(self) -> Lsn:
-        with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                (self.slot,),
-            ).fetchone()
-        assert row is not None
-        return Lsn.parse(row[0])
-
-
-def make_pipeline(
-    home: Path, dsn: str, tables: list[str], *, extra: str = "", source_extra: str = ""
-) -> Pipeline:
-    slot = f"cdc_{home.name[-20:].lower().replace('-', '_')}_{os.getpid()}"
-    slot = "".join(ch for ch in slot if ch.isalnum() or ch == "_")[:63]
-    (home / "pipelines").mkdir(parents=True, exist_ok=True)
-    (home / "conf").mkdir(exist_ok=True)
-    (home / "conf" / "local.yaml").write_text((ROOT / "conf" / "local.yaml").read_text())
-    table_list = ", ".join(f"'{t}'" for t in tables)
-    (home / "pipelines" / "p.yaml").write_text(
-        textwrap.dedent(f"""\
-        name: p
-        source:
-          dsn: {dsn}
-          slot: {slot}
-          publication: pub_{slot}
-          tables: [{table_list}]
-        """)
-        + textwrap.indent(textwrap.dedent(source_extra), "  ")
-        + f"target:\n  root: {home / 'lake'}\n"
-        + textwrap.dedent(extra)
-    )
-    return Pipeline(home, dsn, slot)
 
 
 @pytest.fixture
@@ -136,7 +71,7 @@ def assert_staged_equals_truth(p: Pipeline, truth_slot: str) -> list:
 
 
 def test_a_workload_is_staged_exactly_once_in_commit_order(shop: Pipeline) -> None:
-    first = shop.ingest()
+    first = shop.ingest("--capture-only")
     assert first.returncode == 0, first.stderr
     create_truth_slot(shop.dsn, f"{shop.slot}_truth")
     # `changes` counts rolled-back rows too: ask for enough that 100,000 commit
@@ -147,7 +82,7 @@ def test_a_workload_is_staged_exactly_once_in_commit_order(shop: Pipeline) -> No
     assert stats.transactions_rolled_back > 0
     assert stats.transactions_committed >= 50
 
-    run = shop.ingest()
+    run = shop.ingest("--capture-only")
     assert run.returncode == 0, run.stderr
     assert f"captured {stats.transactions_committed} transactions" in run.stdout
     truth = assert_staged_equals_truth(shop, f"{shop.slot}_truth")
@@ -156,7 +91,7 @@ def test_a_workload_is_staged_exactly_once_in_commit_order(shop: Pipeline) -> No
     assert len(set(xids)) == stats.transactions_committed
     assert any(a > b for a, b in itertools.pairwise(xids)), "commit order differs from start order"
 
-    again = shop.ingest()
+    again = shop.ingest("--capture-only")
     assert again.returncode == 0, again.stderr
     assert "captured 0 transactions, 0 changes in 0 staged files" in again.stdout
 
@@ -171,10 +106,10 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(shop: Pipeline) 
             "capture:\n  file_changes: 400\n  chunk_changes: 100\n",
         )
     )
-    assert shop.ingest().returncode == 0
+    assert shop.ingest("--capture-only").returncode == 0
     create_truth_slot(shop.dsn, f"{shop.slot}_truth")
     stop = threading.Event()
-    spec = WorkloadSpec(duration_s=900, rate=2000, txn_size=(1, 30), concurrency=3, seed=5)
+    spec = WorkloadSpec(duration_s=900, rate=3000, txn_size=(1, 30), concurrency=3, seed=5)
     writer = threading.Thread(target=run_workload, args=(shop.dsn, spec), kwargs={"stop": stop})
     writer.start()
     seed = int(os.environ.get("CDC_CRASH_SEED", "20261121"))
@@ -182,10 +117,11 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(shop: Pipeline) 
     kills = mid_capture = 0
     try:
         while kills < 24:
-            time.sleep(rng.uniform(0.2, 1.2))  # let a backlog build up
+            time.sleep(rng.uniform(1.0, 3.0))  # a backlog of a few thousand changes
             before = len(staged_files(shop.changes))
-            proc = shop.start_ingest()
-            time.sleep(rng.uniform(0.05, 0.7))  # a run lives about 0.4 s plus its backlog
+            proc = shop.start_ingest("--capture-only")
+            # start-up (imports, checks) takes about 0.6 s, then capture: aim around both
+            time.sleep(rng.uniform(0.05, 1.2) if kills % 3 == 0 else rng.uniform(0.5, 1.0))
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
@@ -194,7 +130,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(shop: Pipeline) 
     finally:
         stop.set()
         writer.join()
-    final = shop.ingest()
+    final = shop.ingest("--capture-only")
     assert final.returncode == 0, final.stderr
     print(f"\n{kills} SIGKILLs (seed {seed}), {mid_capture} after the run had staged files")
     assert mid_capture >= 3, "kills should land inside capture, not only at start-up"
@@ -209,10 +145,10 @@ def test_the_sql_reader_stages_the_same_changes(
     load_shop(dsn, customers=100)
     p = make_pipeline(tmp_path, dsn, SHOP_TABLES, source_extra="reader: sql\n",
                       extra="capture:\n  peek_changes: 3000\n  file_changes: 5000\n")  # fmt: skip
-    assert p.ingest().returncode == 0
+    assert p.ingest("--capture-only").returncode == 0
     create_truth_slot(dsn, f"{p.slot}_truth")
     run_workload(dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=3))
-    run = p.ingest()
+    run = p.ingest("--capture-only")
     assert run.returncode == 0, run.stderr
     assert_staged_equals_truth(p, f"{p.slot}_truth")
     assert len(staged_files(p.changes)) >= 3  # one file per bounded peek at least
@@ -228,13 +164,13 @@ def test_a_million_row_transaction_is_staged_in_bounded_memory(
             "total numeric(12,2), currency char(3), placed_at timestamptz, note text)"
         )
     p = make_pipeline(tmp_path, dsn, ["public.big"])
-    assert p.ingest().returncode == 0
+    assert p.ingest("--capture-only").returncode == 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO big SELECT g, g % 1000, 'shipped', (g % 100000) / 100.0, 'EUR', "
             "now(), 'note ' || g FROM generate_series(1, 1000000) g"
         )
-    proc = p.start_ingest()
+    proc = p.start_ingest("--capture-only")
     peak_mib = peak_rss_mib(proc)
     _, err = proc.communicate()
     assert proc.returncode == 0, err
@@ -252,14 +188,14 @@ def test_a_quiet_pipeline_does_not_pin_wal(pg: PgServer, database: str, tmp_path
         conn.execute("CREATE TABLE watched (id int PRIMARY KEY)")
         conn.execute("CREATE TABLE noise (id int, filler text)")
     p = make_pipeline(tmp_path, dsn, ["public.watched"])
-    assert p.ingest().returncode == 0
+    assert p.ingest("--capture-only").returncode == 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(20):
             conn.execute(
                 "INSERT INTO noise SELECT g, repeat('x', 200) FROM generate_series(1, 5000) g"
             )
         before = Lsn.parse(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])  # type: ignore[index]
-    run = p.ingest()
+    run = p.ingest("--capture-only")
     assert run.returncode == 0, run.stderr
     assert "captured 0 transactions" in run.stdout
     assert p.confirmed() >= before, f"slot confirmed at {p.confirmed()}, WAL was at {before}"
@@ -272,11 +208,11 @@ def test_awkward_names_are_quoted_everywhere(pg: PgServer, database: str, tmp_pa
         conn.execute('CREATE TABLE "Sales"."Order Items" (id int PRIMARY KEY, "Note" text)')
         conn.execute('CREATE TABLE "a.b" (id int PRIMARY KEY)')
     p = make_pipeline(tmp_path, dsn, ['"Sales"."Order Items"', '"a.b"'])
-    assert p.ingest().returncode == 0
+    assert p.ingest("--capture-only").returncode == 0
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute('INSERT INTO "Sales"."Order Items" VALUES (1, \'x\')')
         conn.execute('INSERT INTO "a.b" VALUES (2)')
-    run = p.ingest()
+    run = p.ingest("--capture-only")
     assert run.returncode == 0, run.stderr
     got = [(c.table, c.new) for c in staged_changes(p.changes)]
     assert got == [
@@ -293,18 +229,18 @@ def test_publication_modes(pg: PgServer, database: str, tmp_path: Path) -> None:
     disabled = make_pipeline(
         tmp_path / "d", dsn, ["public.t1"], source_extra="publication.autocreate.mode: disabled\n"
     )
-    run = disabled.ingest()
+    run = disabled.ingest("--capture-only")
     assert run.returncode == 1
     assert "does not exist and publication.autocreate.mode is disabled" in run.stderr
 
     filtered = make_pipeline(tmp_path / "f", dsn, ["public.t1"])
-    assert filtered.ingest().returncode == 0
+    assert filtered.ingest("--capture-only").returncode == 0
     (filtered.home / "pipelines" / "p.yaml").write_text(
         (filtered.home / "pipelines" / "p.yaml")
         .read_text()
         .replace("'public.t1'", "'public.t1', 'public.t2'")
     )
-    assert filtered.ingest().returncode == 0
+    assert filtered.ingest("--capture-only").returncode == 0
     with psycopg.connect(dsn) as conn:
         tables = conn.execute(
             "SELECT tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1",
@@ -321,7 +257,7 @@ def test_a_table_without_a_key_is_refused_before_it_breaks_the_source(
         conn.execute("CREATE TABLE nokey (a int)")
         conn.execute("INSERT INTO nokey VALUES (1)")
     p = make_pipeline(tmp_path, dsn, ["public.nokey"])
-    run = p.ingest()
+    run = p.ingest("--capture-only")
     assert run.returncode == 1
     assert "cdc doctor --pipeline p" in run.stderr
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -340,7 +276,7 @@ def test_a_server_restart_mid_run_is_retried_within_the_run(tmp_path: Path) -> N
             conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, note text)")
         p = make_pipeline(tmp_path, dsn, ["public.big"],
                           extra="capture:\n  file_changes: 20000\n  retry_backoff_s: 0.5\n")  # fmt: skip
-        assert p.ingest().returncode == 0
+        assert p.ingest("--capture-only").returncode == 0
         create_truth_slot(dsn, f"{p.slot}_truth")
         with psycopg.connect(dsn, autocommit=True) as conn:
             for i in range(20):  # 400,000 changes: a few seconds of capture to interrupt
@@ -348,7 +284,7 @@ def test_a_server_restart_mid_run_is_retried_within_the_run(tmp_path: Path) -> N
                     "INSERT INTO big SELECT g, 'note ' || g FROM generate_series(%s::bigint, %s::bigint) g",
                     (i * 20_000 + 1, (i + 1) * 20_000),
                 )
-        proc = p.start_ingest()
+        proc = p.start_ingest("--capture-only")
         deadline = time.monotonic() + 60
         while not staged_files(p.changes) and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -18,6 +18,8 @@ source:
   slot: orders_cdc
   publication: orders_cdc
   tables: [public.orders]
+snapshot:
+  mode: no_data
 target:
   root: ./lake/orders
 """
@@ -85,7 +87,7 @@ def test_bad_configuration_exits_2_with_one_line(
 
 
 def test_wrong_enum_exits_2(home: Path) -> None:
-    (home / "pipelines" / "orders.yaml").write_text(GOOD + "snapshot:\n  mode: inital\n")
+    (home / "pipelines" / "orders.yaml").write_text(GOOD.replace("mode: no_data", "mode: inital"))
     proc = run([INGEST, "--pipeline", "orders"], home)
     assert proc.returncode == 2
     assert "snapshot.mode: 'inital' is not one of" in proc.stderr

@@ -246,3 +246,15 @@ def test_the_hot_path_split_agrees_with_the_decoder() -> None:
                 assert old == (msg.old.raw if isinstance(msg, po.Update) and msg.old else None)
             checked += 1
     assert checked >= 10
+
+
+def test_fast_tuple_values_agree_with_the_columns() -> None:
+    for path in sorted(DATA.glob("*.json")):
+        for _, msg in load(path.stem):
+            tuples = [getattr(msg, name, None) for name in ("old", "new")]
+            for t in (t for t in tuples if isinstance(t, po.TupleData)):
+                expected = [
+                    po.UNCHANGED if c.kind is po.ColumnKind.UNCHANGED_TOAST else c.data
+                    for c in t.columns()
+                ]
+                assert po.tuple_values(t.raw) == expected

@@ -1,0 +1,173 @@
+"""Stage 3: staged change files -> one bronze Delta table of Debezium envelopes, idempotent.
+
+Staged files are decoded on executors (`mapInArrow`, `cdc_core.envelope`) and appended in LSN
+order. Each append carries Delta's `txnAppId`/`txnVersion` (the last file's end LSN), so
+appending a file again is skipped by Delta itself, and records the same position in the
+commit's metadata, from which the next run knows where to resume. The Relation descriptors of
+every file go to the schema history under `_state/schemas/` first, so silver can type any
+row it reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.envelope import BRONZE, StagedContext, decode_partition
+from cdc_core.events import RelationDescriptor
+from cdc_core.lake import Lake
+from cdc_core.lake_state import committing, read_watermark
+from cdc_core.lsn import ZERO, Lsn
+from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_files
+
+CAPTURE_APP = "cdc-capture"  # txnAppId of appends from staged files
+WATERMARK = "bronze_staged_end"
+STATS_COLUMNS = "commit_lsn,seq,op"
+
+
+@dataclass(frozen=True)
+class BronzeSummary:
+    """What one bronze step appended."""
+
+    files: int
+    changes: int
+    end: Lsn | None
+
+    def describe(self) -> str:
+        if not self.files:
+            return "bronze: nothing new"
+        return f"bronze: {self.changes} changes from {self.files} staged files (up to {self.end})"
+
+
+def ensure_bronze(spark: SparkSession, lake: Lake) -> None:
+    """Create the bronze table if missing: partitioned by table, statistics on the order."""
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(lake.bronze)
+        .addColumns(BRONZE)
+        .partitionedBy("source_table")
+        .property("delta.dataSkippingStatsColumns", STATS_COLUMNS)
+        .execute()
+    )
+
+
+def applied_end(spark: SparkSession, lake: Lake) -> Lsn:
+    """End LSN of the last staged file in bronze."""
+    mark = read_watermark(spark, lake.bronze, WATERMARK)
+    return Lsn.parse(str(mark[WATERMARK])) if mark else ZERO
+
+
+def pending_files(spark: SparkSession, lake: Lake) -> list[StagedFile]:
+    end = applied_end(spark, lake)
+    return [f for f in staged_files(lake.changes) if f.end > end]
+
+
+def append_staged(
+    spark: SparkSession, lake: Lake, files: Sequence[StagedFile], *, max_changes: int = 5_000_000
+) -> BronzeSummary:
+    """Append `files` (in LSN order) to bronze, in commits of at most about `max_changes`."""
+    if not files:
+        return BronzeSummary(0, 0, None)
+    ensure_bronze(spark, lake)
+    total = 0
+    for group, changes in _groups(lake, files, max_changes):
+        contexts = {str(f): _context(lake, f) for f in group}
+        record_schemas(lake, contexts.values())
+        staged = (
+            spark.read.parquet(*(str(lake.changes / str(f)) for f in group))
+            .withColumn("_file", F.col("_metadata.file_name"))
+        )  # fmt: skip
+        envelopes = staged.mapInArrow(functools.partial(decode_partition, context=contexts), BRONZE)
+        end = group[-1].end
+        metadata = {WATERMARK: str(end), "staged_files": [f.id for f in group]}
+        with committing(spark, metadata):
+            (
+                envelopes.write.format("delta").mode("append")
+                .option("txnAppId", CAPTURE_APP).option("txnVersion", end.value)
+                .save(lake.bronze)
+            )  # fmt: skip
+        total += changes
+    return BronzeSummary(len(files), total, files[-1].end)
+
+
+def _groups(
+    lake: Lake, files: Sequence[StagedFile], max_changes: int
+) -> Iterator[tuple[list[StagedFile], int]]:
+    group: list[StagedFile] = []
+    changes = 0
+    for f in files:
+        n = int(read_metadata(lake.changes / str(f))["changes"])  # type: ignore[call-overload]
+        if group and changes + n > max_changes:
+            yield group, changes
+            group, changes = [], 0
+        group.append(f)
+        changes += n
+    if group:
+        yield group, changes
+
+
+def _context(lake: Lake, staged: StagedFile) -> StagedContext:
+    path = lake.changes / str(staged)
+    meta = read_metadata(path)
+    source = meta.get("source") or {}
+    assert isinstance(source, dict)
+    return StagedContext(
+        staged_file=staged.id,
+        relations=relations_of(path),
+        database=str(source.get("database", "")),
+        pipeline=str(source.get("pipeline", "")),
+        staged_at_us=int(meta["staged_at_us"]),  # type: ignore[call-overload]
+        first_lsn=staged.start.value,
+    )
+
+
+def fingerprint(descriptor: RelationDescriptor) -> str:
+    """Identity of a table's shape, stable across runs (versions count per run only)."""
+    data = descriptor.to_json()
+    data.pop("version")
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def record_schemas(lake: Lake, contexts: Iterable[StagedContext]) -> None:
+    """Write each descriptor not yet in the schema history (content-addressed, idempotent)."""
+    folder = lake.state / "schemas"
+    folder.mkdir(parents=True, exist_ok=True)
+    for ctx in contexts:
+        for descriptor in ctx.relations.values():
+            path = folder / f"{fingerprint(descriptor)}.json"
+            entry = {
+                "table": f"{descriptor.schema}.{descriptor.table}",
+                "first_lsn": ctx.first_lsn,
+                "descriptor": descriptor.to_json(),
+            }
+            if path.exists():
+                known = json.loads(path.read_text())
+                if int(known["first_lsn"]) <= ctx.first_lsn:
+                    continue
+            _write_atomically(path, json.dumps(entry, sort_keys=True))
+
+
+def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor]]:
+    """(first LSN seen, descriptor) of every shape table `schema.table` has had, oldest first."""
+    folder = lake.state / "schemas"
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        entry = json.loads(path.read_text())
+        if entry["table"] == table:
+            out.append((int(entry["first_lsn"]), RelationDescriptor.from_json(entry["descriptor"])))
+    return sorted(out, key=lambda e: e[0])
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)

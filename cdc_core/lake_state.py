@@ -1,0 +1,58 @@
+"""Durable progress kept inside the Delta tables themselves: a watermark in each commit's metadata.
+
+A stage that writes a Delta table records how far it got in that same commit
+(`userMetadata`), so the progress and the data can never disagree: a crash either lost both
+or kept both. The next run reads the newest such record from the table's history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+HISTORY_DEPTH = 200  # commits searched for the newest watermark (maintenance adds a few)
+
+
+def read_watermark(spark: SparkSession, path: str, key: str) -> dict[str, object] | None:
+    """The newest commit metadata of table `path` that records `key`, or None."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    history = (
+        DeltaTable.forPath(spark, path).history(HISTORY_DEPTH).select("version", "userMetadata")
+    )
+    for row in history.orderBy("version", ascending=False).collect():
+        if not row.userMetadata:
+            continue
+        try:
+            data = json.loads(row.userMetadata)
+        except ValueError:
+            continue  # someone else's metadata
+        if isinstance(data, dict) and key in data:
+            return data
+    return None
+
+
+@contextlib.contextmanager
+def committing(
+    spark: SparkSession, metadata: Mapping[str, object], *, app_id: str | None = None,
+    version: int | None = None,
+) -> Iterator[None]:  # fmt: skip
+    """Writes inside the block record `metadata`; with `app_id`/`version` Delta also skips a
+    write that this app already committed at that version or later (idempotent DML)."""
+    settings = {USER_METADATA: json.dumps(metadata, sort_keys=True)}
+    if app_id is not None and version is not None:
+        settings |= {TXN_APP_ID: app_id, TXN_VERSION: str(version)}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in settings:
+            spark.conf.unset(key)

@@ -1,0 +1,239 @@
+"""Stage 4: bronze -> newest change per key -> one guarded MERGE into each typed silver mirror.
+
+A batch is every bronze row of a table after the mirror's watermark, in (commit LSN, position)
+order. A TRUNCATE empties the mirror and only what follows it counts. Unchanged TOASTed values
+are taken from the key's earlier changes in the batch, else kept from the stored row. The MERGE
+updates a row only when the change is newer by that order (the one guard, `NEWER`), so applying
+a batch twice changes nothing; it also runs under Delta's txnAppId/txnVersion and records the
+watermark in its own commit. Tables without a primary key are multisets: `_cdc_count` counts
+identical rows.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from delta.tables import DeltaMergeBuilder, DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.bronze import schema_history
+from cdc_core.errors import TerminalError
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.lake_state import committing, read_watermark
+from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
+from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
+from cdc_core.silver_shape import SchemaChangeError, TableShape, table_shape
+from cdc_core.silver_table import ensure_silver, register, sql_name, table_version
+
+WATERMARK = "silver_applied"
+MERGE_APP = "cdc-silver"
+TRUNCATE_APP = "cdc-silver-truncate"
+NEWER = "(s._cdc_lsn > t._cdc_lsn OR (s._cdc_lsn = t._cdc_lsn AND s._cdc_seq > t._cdc_seq))"
+
+
+@dataclass(frozen=True)
+class SilverSettings:
+    """How mirrors are typed and kept."""
+
+    modes: TypeModes = DEFAULT_MODES
+    soft_delete: bool = False
+    register: bool = False
+    database: str = "cdc"
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """What one table's silver step did."""
+
+    table: str
+    changes: int
+    error: str | None = None
+
+
+def apply_silver(
+    spark: SparkSession, lake: Lake, tables: list[TableName], settings: SilverSettings
+) -> list[TableResult]:
+    """Apply every table's pending bronze rows; a table that cannot follow its source stops
+    alone (its error is in the result) while the others go on."""
+    results = []
+    for table in tables:
+        try:
+            results.append(apply_table(spark, lake, table, settings))
+        except SchemaChangeError as e:
+            results.append(TableResult(table.qualified, 0, str(e)))
+    return results
+
+
+def apply_table(
+    spark: SparkSession, lake: Lake, table: TableName, settings: SilverSettings
+) -> TableResult:
+    history = schema_history(lake, table.qualified)
+    if not history:
+        return TableResult(table.qualified, 0)  # nothing captured for it yet
+    shape = table_shape(history, settings.modes)
+    path = lake.silver(table)
+    ensure_silver(spark, path, shape)
+    if settings.register:
+        register(spark, path, shape, settings.database)
+    mark = read_watermark(spark, path, WATERMARK)
+    after = _position(mark[WATERMARK]) if mark else (-1, -1)
+    rows = _pending(spark, lake, table, after)
+    summary = _summary(rows)
+    if summary is None:
+        return TableResult(table.qualified, 0)
+    changes, end, truncated, unsent = summary
+    batch = rows.where(~after_position(*end))
+    if truncated is not None:
+        batch = _truncate(spark, path, batch, truncated, settings)
+    _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent)
+    return TableResult(table.qualified, changes)
+
+
+def _position(value: object) -> tuple[int, int]:
+    """A recorded (commit LSN, position) pair."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise TerminalError(f"a silver watermark reads {value!r}, not [commit LSN, position]")
+    return int(value[0]), int(value[1])
+
+
+def _summary(
+    rows: DataFrame,
+) -> tuple[int, tuple[int, int], tuple[int, int] | None, list[str]] | None:
+    """One pass over the pending rows: how many, the last position, the last TRUNCATE's, and
+    which columns some change did not carry (unchanged TOAST)."""
+    pos = F.struct("commit_lsn", "seq")
+    found = rows.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.max(pos).alias("end"),
+        F.max(F.when(F.col("op") == "t", pos)).alias("truncated"),
+        F.array_distinct(F.flatten(F.collect_list(F.coalesce("unchanged", F.array())))).alias(
+            "unsent"
+        ),
+    ).first()
+    if found is None or not found["n"]:
+        return None
+    end = (int(found["end"]["commit_lsn"]), int(found["end"]["seq"]))
+    t = found["truncated"]
+    truncated = (int(t["commit_lsn"]), int(t["seq"])) if t is not None else None
+    return int(found["n"]), end, truncated, sorted(found["unsent"])
+
+
+def _pending(
+    spark: SparkSession, lake: Lake, table: TableName, after: tuple[int, ...]
+) -> DataFrame:
+    bronze = spark.read.format("delta").load(lake.bronze)
+    return bronze.where(
+        (F.col("source_table") == table.qualified)
+        & F.col("op").isin("c", "u", "d", "r", "t")
+        & after_position(after[0], after[1])
+    )
+
+
+def _truncate(
+    spark: SparkSession, path: str, batch: DataFrame, at: tuple[int, int], settings: SilverSettings
+) -> DataFrame:
+    """Empty the mirror for the batch's last TRUNCATE; keep only what follows it."""
+    target = DeltaTable.forPath(spark, path)
+    with committing(spark, {WATERMARK: list(at)}, app_id=TRUNCATE_APP, version=at[0]):
+        if settings.soft_delete:
+            target.update(set={"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("t")})
+        else:
+            target.delete()
+    return batch.where((F.col("op") != "t") & after_position(*at))
+
+
+def _merge(
+    spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, *,
+    end: tuple[int, int], settings: SilverSettings, unsent: list[str],
+) -> None:  # fmt: skip
+    """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark."""
+    target = DeltaTable.forPath(spark, path)
+    before = table_version(target)
+    with committing(spark, {WATERMARK: list(end)}, app_id=MERGE_APP, version=end[0]):
+        merge_changes(spark, path, shape, batch, settings, unsent=unsent)
+        if table_version(target) == before:  # nothing to change: record the watermark alone
+            spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ('cdc.watermark' = "
+                      f"'{end[0]}/{end[1]}')")  # fmt: skip
+
+
+def merge_changes(
+    spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, settings: SilverSettings,
+    *, unsent: list[str] | None = None,
+) -> None:  # fmt: skip
+    """MERGE bronze rows of one table into its mirror behind the order guard. Applying the same
+    rows again changes nothing (multiset tables rely on the caller's exactly-once instead).
+    `unsent`: columns some change did not carry (None: find out)."""
+    target = DeltaTable.forPath(spark, path)
+    values = parsed(batch, shape)
+    if shape.key:
+        changes = typed(values, shape, settings.modes).localCheckpoint()  # typed once
+        source = keyed_source(changes, shape, target.toDF(), unsent)
+        _keyed_merge(target, source, shape, settings).execute()
+    else:
+        source = typed(multiset_source(values, shape), shape, settings.modes)
+        _multiset_merge(target, source, shape, settings).execute()
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _cdc_set(deleted: str) -> dict[str, str | Column]:
+    return {
+        "_cdc_lsn": "s._cdc_lsn", "_cdc_seq": "s._cdc_seq", "_cdc_op": "s._cdc_op",
+        "_cdc_commit_ts": "s._cdc_commit_ts", "_cdc_deleted": deleted,
+    }  # fmt: skip
+
+
+def _keyed_merge(
+    target: DeltaTable, source: DataFrame, shape: TableShape, settings: SilverSettings
+) -> DeltaMergeBuilder:
+    on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in shape.key)
+    keep = functools.partial(_unless_unchanged, target_side=True)
+    update: dict[str, str | Column] = {_q(c.name): keep(c.name) for c in shape.columns}
+    update |= _cdc_set("false")
+    update["_cdc_raw"] = ("map_concat(map_filter(coalesce(t._cdc_raw, map()), (k, v) -> "
+                          "array_contains(s._unchanged, k)), s._cdc_raw)")  # fmt: skip
+    update["_cdc_unavailable"] = "filter(t._cdc_unavailable, c -> array_contains(s._unchanged, c))"
+    insert: dict[str, str | Column] = {
+        _q(c.name): _unless_unchanged(c.name, target_side=False) for c in shape.columns
+    }
+    insert |= _cdc_set("false") | {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "s._unchanged"}
+    builder = target.alias("t").merge(source.alias("s"), on)
+    deleted = f"s._cdc_op = 'd' AND {NEWER}"
+    if settings.soft_delete:
+        builder = builder.whenMatchedUpdate(deleted, _cdc_set("true"))
+    else:
+        builder = builder.whenMatchedDelete(deleted)
+    builder = builder.whenMatchedUpdate(f"s._cdc_op <> 'd' AND {NEWER}", update)
+    return builder.whenNotMatchedInsert("s._cdc_op <> 'd'", insert)
+
+
+def _unless_unchanged(name: str, *, target_side: bool) -> str:
+    """A column's new value, unless the change did not carry it (unchanged TOAST)."""
+    kept = f"t.{_q(name)}" if target_side else "NULL"
+    return f"CASE WHEN array_contains(s._unchanged, {_lit(name)}) THEN {kept} ELSE s.{_q(name)} END"
+
+
+def _multiset_merge(
+    target: DeltaTable, source: DataFrame, shape: TableShape, settings: SilverSettings
+) -> DeltaMergeBuilder:
+    count = "t._cdc_count + s._cdc_delta"
+    values: dict[str, str | Column] = {_q(c.name): f"s.{_q(c.name)}" for c in shape.columns}
+    values |= _cdc_set("false") | {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "array()"}
+    values |= {"_cdc_row_hash": "s._cdc_row_hash", "_cdc_count": "s._cdc_delta"}
+    builder = target.alias("t").merge(source.alias("s"), "t._cdc_row_hash = s._cdc_row_hash")
+    if settings.soft_delete:
+        gone = _cdc_set("true") | {"_cdc_count": "0"}
+        builder = builder.whenMatchedUpdate(f"{count} <= 0", gone)
+    else:
+        builder = builder.whenMatchedDelete(f"{count} <= 0")
+    builder = builder.whenMatchedUpdate(set=_cdc_set("false") | {"_cdc_count": count})
+    return builder.whenNotMatchedInsert("s._cdc_delta > 0", values)

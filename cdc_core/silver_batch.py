@@ -1,0 +1,231 @@
+"""Silver's pure transforms: bronze rows -> typed changes -> one change per key (or row delta).
+
+`parsed` reads the JSON text of each change, `typed` converts it per the type mapping on
+executors (`mapInArrow`), `keyed_source` resolves unchanged TOASTed values and keeps the newest
+change per key, `multiset_source` turns the changes of a table without a key into counts.
+Every function is DataFrame -> DataFrame; only the caller does I/O.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
+from cdc_core.silver_shape import TableShape, arrow_type, spark_type
+
+_META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
+         "_cdc_delta"]  # fmt: skip
+
+
+def position() -> Column:
+    """The one order of changes: commit LSN, then position in the transaction."""
+    return F.struct("commit_lsn", "seq")
+
+
+def after_position(lsn: int, seq: int) -> Column:
+    """Changes strictly after (lsn, seq) in the order of `position`."""
+    return (F.col("commit_lsn") > F.lit(lsn)) | (
+        (F.col("commit_lsn") == F.lit(lsn)) & (F.col("seq") > F.lit(seq))
+    )
+
+
+def _text_struct(shape: TableShape) -> T.StructType:
+    return T.StructType([T.StructField(c.name, T.StringType()) for c in shape.columns])
+
+
+def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
+    """Each change's values as text: `after` for c/u/r, `before` for d (the key or old row)."""
+    text = _text_struct(shape)
+    values = F.when(F.col("op") == "d", F.from_json("before", text)).otherwise(
+        F.from_json("after", text)
+    )
+    key_type = T.StructType([T.StructField(k, T.StringType()) for k in shape.key])
+    old_key = F.col("headers").getItem("__debezium.oldkey")
+    return bronze.select(
+        "op", "commit_lsn", "seq",
+        F.col("source.ts_us").alias("_commit_ts_us"),
+        F.coalesce("unchanged", F.array().cast("array<string>")).alias("_unchanged"),
+        values.alias("_values"),
+        (F.from_json(old_key, key_type) if shape.key else F.lit(None)).alias("_old_key"),
+        old_key.alias("_old_key_json"),
+        F.from_json("before", text).alias("_before"),
+    )  # fmt: skip
+
+
+def multiset_source(values: DataFrame, shape: TableShape) -> DataFrame:
+    """Row deltas of a table without a key: +1 for a row that appears, -1 for one that goes.
+    A row is identified by its whole content (`_cdc_row_hash`); identical rows add up."""
+    plus = values.where(F.col("op").isin("c", "r", "u")).withColumn("_cdc_delta", F.lit(1))
+    minus = (
+        values.where(F.col("op").isin("d", "u"))
+        .withColumn("_values", F.col("_before"))
+        .withColumn("_cdc_delta", F.lit(-1))
+    )  # fmt: skip
+    both = plus.unionByName(minus).withColumn("_cdc_row_hash", F.sha2(F.to_json("_values"), 256))
+    newest = F.max_by(
+        F.struct(*[c for c in both.columns if c not in ("_cdc_row_hash",)]), position()
+    )
+    grouped = both.groupBy("_cdc_row_hash").agg(
+        newest.alias("_n"), F.sum("_cdc_delta").alias("_sum")
+    )
+    out = grouped.select("_cdc_row_hash", "_n.*", "_sum").drop("_cdc_delta")
+    out = out.withColumnRenamed("_sum", "_cdc_delta")
+    return out.where(F.col("_cdc_delta") != 0)
+
+
+def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
+    """Typed silver columns from the text values, on executors; a value the silver type cannot
+    hold exactly is NULL there and kept, exact, in `_cdc_raw`."""
+    cols = [c for c in changes.columns if c in _META]
+    inputs = (
+        changes.select(*cols, "_values", "_old_key")
+        if shape.key
+        else changes.select(*cols, "_values")
+    )
+    fields = [T.StructField(c.name, spark_type(c.silver)) for c in shape.columns]
+    types = {f.name: f.dataType for f in fields}
+    old = [T.StructField(f"_old_{k}", types[k]) for k in shape.key]
+    meta = [f for f in inputs.schema.fields if f.name in _META]
+    out = T.StructType(
+        meta + fields + old + [T.StructField("_cdc_raw", T.MapType(T.StringType(), T.StringType()))]
+    )
+    convert = functools.partial(_convert_batches, shape=shape, modes=modes, schema=out)
+    result = inputs.mapInArrow(convert, out)
+    return (
+        result.withColumnRenamed("commit_lsn", "_cdc_lsn")
+        .withColumnRenamed("seq", "_cdc_seq")
+        .withColumnRenamed("op", "_cdc_op")
+        .withColumn("_cdc_commit_ts", F.timestamp_micros("_commit_ts_us"))
+    )  # fmt: skip
+
+
+def _convert_batches(
+    batches: Iterator[pa.RecordBatch], shape: TableShape, modes: TypeModes, schema: T.StructType
+) -> Iterator[pa.RecordBatch]:
+    converters = [(c.name, converter(c.pg, modes)) for c in shape.columns]
+    by_name = dict(converters)
+    target = pa.schema([pa.field(f.name, arrow_type(f.dataType)) for f in schema.fields])
+    for batch in batches:
+        rows = batch.to_pylist()
+        out: dict[str, list[object]] = {f.name: [] for f in schema.fields}
+        for row in rows:
+            raw: dict[str, str] = {}
+            values = row["_values"] or {}
+            for name, convert in converters:
+                out[name].append(_value(convert, values.get(name), name, raw))
+            old_key = row.get("_old_key") or {}
+            for k in shape.key:
+                out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, {}))
+            out["_cdc_raw"].append(list(raw.items()))
+            for name, column in out.items():
+                if name in row and name not in ("_values", "_old_key"):
+                    column.append(row[name])
+        yield pa.RecordBatch.from_arrays(
+            [_array(out[f.name], f.type) for f in target], schema=target
+        )
+
+
+def _value(convert: object, text: str | None, name: str, raw: dict[str, str]) -> object:
+    if text is None:
+        return None
+    try:
+        return convert(text)  # type: ignore[operator]
+    except Unrepresentable:
+        raw[name] = text
+        return None
+    except ValueError as e:  # not PostgreSQL's output of the type: a bug, never guessed around
+        raise ValueError(f"column {name}: cannot read {text[:200]!r} as its type: {e}") from e
+
+
+def _array(values: list[object], arrow: pa.DataType) -> pa.Array:
+    if pa.types.is_decimal(arrow):
+        values = [v if v is None or isinstance(v, Decimal) else Decimal(str(v)) for v in values]
+    return pa.array(values, arrow)
+
+
+def keyed_source(
+    changes: DataFrame, shape: TableShape, target: DataFrame, unsent: list[str] | None = None
+) -> DataFrame:
+    """The newest change per key, with unchanged TOASTed values resolved where the batch or the
+    stored row of an old key (after a primary-key change) knows them. `unsent`: the columns
+    some change did not carry, when the caller knows them already."""
+    resolvable = unsent
+    if resolvable is None:
+        resolvable = [r[0] for r in changes.select(F.explode("_unchanged")).distinct().collect()]
+    if resolvable:
+        changes = _from_earlier_changes(changes, shape, resolvable)
+        changes = _across_key_changes(changes, shape, target, resolvable)
+    key = [F.col(k) for k in shape.key]
+    newest = Window.partitionBy(*key).orderBy(F.col("_cdc_lsn").desc(), F.col("_cdc_seq").desc())
+    return changes.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+
+
+def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str]) -> DataFrame:
+    """A value not sent takes the latest value the same key's earlier changes carried."""
+    earlier = (
+        Window.partitionBy(*shape.key).orderBy("_cdc_lsn", "_cdc_seq")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )  # fmt: skip
+    still = []
+    for name in names:
+        unsent = F.array_contains("_unchanged", name)
+        carried = F.when(~unsent & (F.col("_cdc_op") != "d"), F.struct(F.col(name).alias("v")))
+        previous = F.last(carried, ignorenulls=True).over(earlier)
+        changes = changes.withColumn(f"_prev_{name}", previous)
+        value = F.when(unsent & F.col(f"_prev_{name}").isNotNull(), F.col(f"_prev_{name}.v"))
+        changes = changes.withColumn(name, value.otherwise(F.col(name)))
+        still.append(F.when(unsent & F.col(f"_prev_{name}").isNull(), F.lit(name)))
+    changes = changes.withColumn("_unchanged", F.filter(F.array(*still), lambda c: c.isNotNull()))
+    return changes.drop(*[f"_prev_{n}" for n in names])
+
+
+def _across_key_changes(
+    changes: DataFrame, shape: TableShape, target: DataFrame, names: list[str]
+) -> DataFrame:
+    """After a primary-key change, a value not sent is the old key's: from its latest earlier
+    change in the batch that carried it, else from its stored row."""
+    is_moved = F.col("_old_key_json").isNotNull() & (F.size("_unchanged") > 0)
+    moved = changes.where(is_moved)
+    if not moved.limit(1).count():
+        return changes
+    old_cols = [f"_old_{k}" for k in shape.key]
+    earlier = changes.where(F.col("_cdc_op") != "d").select(
+        *[F.col(k).alias(f"_old_{k}") for k in shape.key],
+        F.struct("_cdc_lsn", "_cdc_seq").alias("_c_pos"), F.col("_unchanged").alias("_c_unch"),
+        *[F.col(n).alias(f"_c_{n}") for n in names],
+    )  # fmt: skip
+    on = [moved[c] == earlier[c] for c in old_cols] + [
+        earlier["_c_pos"] < F.struct(moved["_cdc_lsn"], moved["_cdc_seq"])
+    ]
+    latest = Window.partitionBy("_cdc_lsn", "_cdc_seq", *shape.key).orderBy(
+        F.col("_c_pos").desc_nulls_last()
+    )
+    picked = (
+        moved.join(earlier, on, "left").drop(*[earlier[c] for c in old_cols])
+        .withColumn("_pick", F.row_number().over(latest)).where("_pick = 1").drop("_pick")
+    )  # fmt: skip
+    stored = target.select(
+        F.lit(True).alias("_stored"),
+        *[F.col(k).alias(f"_old_{k}") for k in shape.key],
+        *[F.col(n).alias(f"_s_{n}") for n in names],
+    )
+    picked = picked.join(stored, on=old_cols, how="left")
+    still = []
+    for name in names:
+        unsent = F.array_contains("_unchanged", name)
+        from_batch = F.col("_c_pos").isNotNull() & ~F.array_contains(
+            F.coalesce("_c_unch", F.array()), name
+        )
+        value = F.when(unsent & from_batch, F.col(f"_c_{name}")).when(unsent, F.col(f"_s_{name}"))
+        picked = picked.withColumn(name, value.otherwise(F.col(name)))
+        still.append(F.when(unsent & ~from_batch & F.col("_stored").isNull(), F.lit(name)))
+    picked = picked.withColumn("_unchanged", F.filter(F.array(*still), lambda c: c.isNotNull()))
+    picked = picked.select(*changes.columns)
+    return changes.where(~is_moved).unionByName(picked)

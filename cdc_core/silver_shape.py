@@ -1,0 +1,173 @@
+"""The shape of a silver table: its columns and types across a source table's schema history.
+
+Logical decoding carries no DDL; each new shape of a table arrives as a Relation descriptor.
+Silver keeps every column it has ever seen (a dropped column stays, NULL from then on), adds
+new ones, widens a type where Delta can widen it in place (int -> bigint, float -> double,
+decimal precision up; varchar(n) -> text is the same silver type), and refuses anything else
+with an error naming the table, the column, both types and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from cdc_core.errors import TerminalError
+from cdc_core.events import RelationDescriptor
+from cdc_core.pg.pgoutput import ReplicaIdentity
+from cdc_core.pgtypes import ColumnType, SilverType, TypeModes, silver_type
+
+CDC_COLUMNS = T.StructType(
+    [
+        T.StructField("_cdc_lsn", T.LongType()),  # commit LSN of the last change applied
+        T.StructField("_cdc_seq", T.LongType()),  # its position in that transaction
+        T.StructField("_cdc_op", T.StringType()),  # its operation: c u r d
+        T.StructField("_cdc_commit_ts", T.TimestampType()),  # its commit time
+        T.StructField("_cdc_deleted", T.BooleanType()),  # soft_delete: the row was deleted
+        T.StructField("_cdc_raw", T.MapType(T.StringType(), T.StringType())),  # exact text of
+        # values the typed column cannot hold (NULL there)
+        T.StructField("_cdc_unavailable", T.ArrayType(T.StringType())),  # TOASTed, never seen
+    ]
+)
+MULTISET_COLUMNS = T.StructType(
+    [
+        T.StructField("_cdc_row_hash", T.StringType()),  # identity of a row without a key
+        T.StructField("_cdc_count", T.LongType()),  # how many identical rows the source has
+    ]
+)
+
+_WIDER = {("short", "int"), ("short", "long"), ("int", "long"), ("float", "double")}
+
+
+class SchemaChangeError(TerminalError):
+    """A source table changed in a way its silver mirror cannot follow; other tables go on."""
+
+
+@dataclass(frozen=True)
+class SilverColumn:
+    name: str
+    pg: ColumnType
+    silver: SilverType
+    type_name: str  # the PostgreSQL type as users read it
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """What silver needs to know about one source table."""
+
+    schema: str
+    table: str
+    columns: tuple[SilverColumn, ...]
+    key: tuple[str, ...]  # primary key; empty: rows are a multiset identified by content
+    identity: ReplicaIdentity
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    def spark_schema(self) -> T.StructType:
+        fields = [T.StructField(c.name, spark_type(c.silver)) for c in self.columns]
+        extra = CDC_COLUMNS.fields + (MULTISET_COLUMNS.fields if not self.key else [])
+        return T.StructType(fields + list(extra))
+
+
+def column_type(c: object) -> ColumnType:
+    return ColumnType(c.base_type, c.base_kind, c.base_modifier, c.is_array)  # type: ignore[attr-defined]
+
+
+def table_shape(history: Sequence[tuple[int, RelationDescriptor]], modes: TypeModes) -> TableShape:
+    """The union of every shape in `history` (oldest first); the newest key and identity win."""
+    if not history:
+        raise TerminalError("no schema recorded for this table yet")
+    columns: dict[str, SilverColumn] = {}
+    newest = history[-1][1]
+    for _, descriptor in history:
+        for c in descriptor.columns:
+            pg = column_type(c)
+            new = SilverColumn(c.name, pg, silver_type(pg, modes), c.type_name)
+            old = columns.get(c.name)
+            if old is not None and old.silver != new.silver:
+                new = _widened(f"{descriptor.schema}.{descriptor.table}", old, new)
+            columns[c.name] = new
+    return TableShape(newest.schema, newest.table, tuple(columns.values()), newest.primary_key,
+                      newest.replica_identity)  # fmt: skip
+
+
+def _widened(table: str, old: SilverColumn, new: SilverColumn) -> SilverColumn:
+    if widens(old.silver, new.silver):
+        return new
+    raise SchemaChangeError(
+        f"table {table}: column {old.name} changed type from {old.type_name} to "
+        f"{new.type_name} ({describe(old.silver)} -> {describe(new.silver)}), which its silver "
+        "mirror cannot follow in place. The mirror stops here; other tables go on. To move on, "
+        "drop the silver table and take a new snapshot of it (or revert the column's type)"
+    )
+
+
+def widens(old: SilverType, new: SilverType) -> bool:
+    """Whether Delta's type widening turns `old` into `new` without loss."""
+    if (old.name, new.name) in _WIDER:
+        return True
+    if old.name == new.name == "decimal":
+        assert old.precision is not None
+        assert old.scale is not None
+        assert new.precision is not None
+        assert new.scale is not None
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    return False
+
+
+def describe(t: SilverType) -> str:
+    if t.name == "decimal":
+        return f"decimal({t.precision},{t.scale})"
+    if t.name == "array":
+        assert t.element is not None
+        return f"array<{describe(t.element)}>"
+    return t.name
+
+
+def spark_type(t: SilverType) -> T.DataType:
+    simple: dict[str, T.DataType] = {
+        "boolean": T.BooleanType(), "short": T.ShortType(), "int": T.IntegerType(),
+        "long": T.LongType(), "float": T.FloatType(), "double": T.DoubleType(),
+        "string": T.StringType(), "binary": T.BinaryType(), "date": T.DateType(),
+        "timestamp": T.TimestampType(), "timestamp_ntz": T.TimestampNTZType(),
+    }  # fmt: skip
+    if t.name in simple:
+        return simple[t.name]
+    if t.name == "decimal":
+        assert t.precision is not None
+        assert t.scale is not None
+        return T.DecimalType(t.precision, t.scale)
+    if t.name == "array":
+        assert t.element is not None
+        return T.ArrayType(spark_type(t.element))
+    if t.name == "map":
+        assert t.element is not None
+        return T.MapType(T.StringType(), spark_type(t.element))
+    return T.StructType([T.StructField(n, spark_type(f)) for n, f in t.fields])
+
+
+def arrow_type(t: T.DataType) -> pa.DataType:
+    """The Arrow type Spark exchanges for `t` (session time zone UTC)."""
+    simple: list[tuple[type[T.DataType], pa.DataType]] = [
+        (T.BooleanType, pa.bool_()), (T.ShortType, pa.int16()), (T.IntegerType, pa.int32()),
+        (T.LongType, pa.int64()), (T.FloatType, pa.float32()), (T.DoubleType, pa.float64()),
+        (T.StringType, pa.string()), (T.BinaryType, pa.binary()), (T.DateType, pa.date32()),
+        (T.TimestampType, pa.timestamp("us", tz="UTC")), (T.TimestampNTZType, pa.timestamp("us")),
+    ]  # fmt: skip
+    for spark, arrow in simple:
+        if isinstance(t, spark):
+            return arrow
+    if isinstance(t, T.DecimalType):
+        return pa.decimal128(t.precision, t.scale)
+    if isinstance(t, T.ArrayType):
+        return pa.list_(arrow_type(t.elementType))
+    if isinstance(t, T.MapType):
+        return pa.map_(arrow_type(t.keyType), arrow_type(t.valueType))
+    if isinstance(t, T.StructType):
+        return pa.struct([pa.field(f.name, arrow_type(f.dataType)) for f in t.fields])
+    raise TypeError(f"no Arrow type for {t}")

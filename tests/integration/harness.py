@@ -1,0 +1,94 @@
+"""Pipelines in a temporary project home, and ingest run the way users run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from cdc_core.lake import Lake
+from cdc_core.launch import submit_environment
+from cdc_core.lsn import Lsn
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A pipeline file in a temporary project home, and how to run ingest on it."""
+
+    home: Path
+    dsn: str
+    slot: str
+
+    @property
+    def lake(self) -> Lake:
+        return Lake(str(self.home / "lake"))
+
+    @property
+    def changes(self) -> Path:
+        return self.lake.changes
+
+    def ingest(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        """`python jobs/ingest.py --pipeline p ARGS`; `--capture-only` skips Spark."""
+        return subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args],
+            env=self.env(), cwd=self.home, capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+
+    def start_ingest(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args],
+            env=self.env(), cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def edit(self, old: str, new: str) -> None:
+        """Change the pipeline file."""
+        path = self.home / "pipelines" / "p.yaml"
+        text = path.read_text()
+        assert old in text, f"{old!r} not in the pipeline file"
+        path.write_text(text.replace(old, new))
+
+    def env(self) -> dict[str, str]:
+        return submit_environment({"CDC_HOME": str(self.home)})
+
+    def confirmed(self) -> Lsn:
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            ).fetchone()
+        assert row is not None
+        return Lsn.parse(row[0])
+
+
+def make_pipeline(
+    home: Path, dsn: str, tables: list[str], *, extra: str = "", source_extra: str = "",
+    snapshot: str = "no_data",
+) -> Pipeline:  # fmt: skip
+    """A pipeline `p` of `tables` in `home` (its lake in home/lake), with a slot of its own."""
+    slot = f"cdc_{home.name[-20:].lower().replace('-', '_')}_{os.getpid()}"
+    slot = "".join(ch for ch in slot if ch.isalnum() or ch == "_")[:63]
+    (home / "pipelines").mkdir(parents=True, exist_ok=True)
+    (home / "conf").mkdir(exist_ok=True)
+    (home / "conf" / "local.yaml").write_text((ROOT / "conf" / "local.yaml").read_text())
+    table_list = ", ".join(f"'{t}'" for t in tables)
+    (home / "pipelines" / "p.yaml").write_text(
+        textwrap.dedent(f"""\
+        name: p
+        source:
+          dsn: {dsn}
+          slot: {slot}
+          publication: pub_{slot}
+          tables: [{table_list}]
+        """)
+        + textwrap.indent(textwrap.dedent(source_extra), "  ")
+        + f"snapshot:\n  mode: {snapshot}\ntarget:\n  root: {home / 'lake'}\n"
+        + textwrap.dedent(extra)
+    )
+    return Pipeline(home, dsn, slot)
