@@ -1,14 +1,24 @@
-"""The Spark half of a run: staged files -> bronze -> silver, each resuming where it stopped."""
+"""The Spark half of a run: staged files -> bronze -> silver, each resuming where it stopped;
+snapshots finish once silver holds them."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_core.bronze import BronzeSummary, append_staged, pending_files
+from cdc_core.bronze import BronzeSummary, append_staged, applied_end, pending_files
 from cdc_core.config import Config
 from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
 from cdc_core.pgtypes import TypeModes
-from cdc_core.silver import SilverSettings, TableResult, apply_silver
+from cdc_core.silver import SilverSettings, TableResult, apply_silver, sweep
+from cdc_core.snapshot import SnapshotJob
+from cdc_core.state import read_json, stream_file
+
+log = logging.getLogger("cdc_core.apply")
 
 
 def silver_settings(config: Config) -> SilverSettings:
@@ -23,9 +33,47 @@ def silver_settings(config: Config) -> SilverSettings:
 
 
 def apply_staged(
-    spark: SparkSession, lake: Lake, config: Config
-) -> tuple[BronzeSummary, list[TableResult]]:
-    """Append every staged file not yet in bronze, then merge every table's pending rows."""
+    spark: SparkSession, lake: Lake, config: Config, *, streaming: bool = True
+) -> tuple[BronzeSummary, list[TableResult], int | None]:
+    """Append every staged file not yet in bronze, then merge every table's pending rows.
+
+    Returns the stream frontier too: bronze holds every change committed before it, so silver
+    takes snapshot reads up to it (a read's place in the stream must not be passed before the
+    changes committed around it are in). None: the pipeline does not stream, nothing to wait for.
+    """
+    recorded = read_json(stream_file(lake)) if streaming else None  # before listing files
     bronze = append_staged(spark, lake, pending_files(spark, lake))
-    silver = apply_silver(spark, lake, list(config.pipeline.source.tables), silver_settings(config))
-    return bronze, silver
+    frontier = None
+    if streaming:
+        frontier = applied_end(spark, lake).value
+        if recorded is not None:
+            frontier = max(frontier, Lsn.parse(str(recorded["confirmed"])).value)
+    tables = list(config.pipeline.source.tables)
+    silver = apply_silver(spark, lake, tables, silver_settings(config), frontier=frontier)
+    return bronze, silver, frontier
+
+
+def finish_snapshots(
+    spark: SparkSession, lake: Lake, config: Config, jobs: Sequence[SnapshotJob], *,
+    results: Sequence[TableResult], frontier: int | None,
+) -> list[str]:  # fmt: skip
+    """Mark done every table whose snapshot silver now holds (all its reads are before the
+    frontier and its merge went through); a full snapshot first sweeps the rows it did not
+    find. Returns the tables finished."""
+    failed = {r.table for r in results if r.error}
+    settings = silver_settings(config)
+    finished = []
+    for job in jobs:
+        for part in job.tables:
+            if job.stopped or part.done or part.last is None or part.table.qualified in failed:
+                continue
+            if frontier is not None and part.last > frontier:
+                continue  # the stream has not reached its last read yet
+            path = lake.silver(part.table)
+            if part.full and part.first is not None and DeltaTable.isDeltaTable(spark, path):
+                sweep(spark, path, (part.first, -1), settings)
+            part.done = True
+            job.save(lake)
+            finished.append(part.table.qualified)
+            log.info("snapshot %s: %s done (%d rows read)", job.id, part.table, part.rows)
+    return finished

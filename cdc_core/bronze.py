@@ -27,6 +27,7 @@ from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
 from cdc_core.lake_state import committing, read_watermark
 from cdc_core.lsn import ZERO, Lsn
+from cdc_core.silver_table import quoted, sql_name
 from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_files
 
 CAPTURE_APP = "cdc-capture"  # txnAppId of appends from staged files
@@ -49,7 +50,15 @@ class BronzeSummary:
 
 
 def ensure_bronze(spark: SparkSession, lake: Lake) -> None:
-    """Create the bronze table if missing: partitioned by table, statistics on the order."""
+    """Create the bronze table if missing (partitioned by table, statistics on the order), or
+    add the columns a newer version of the envelope has."""
+    if DeltaTable.isDeltaTable(spark, lake.bronze):
+        existing = set(DeltaTable.forPath(spark, lake.bronze).toDF().columns)
+        added = [f for f in BRONZE.fields if f.name not in existing]
+        if added:
+            columns = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in added)
+            spark.sql(f"ALTER TABLE {sql_name(lake.bronze)} ADD COLUMNS ({columns})")
+        return
     (
         DeltaTable.createIfNotExists(spark)
         .location(lake.bronze)
@@ -80,7 +89,7 @@ def append_staged(
     ensure_bronze(spark, lake)
     total = 0
     for group, changes in _groups(lake, files, max_changes):
-        contexts = {str(f): _context(lake, f) for f in group}
+        contexts = {str(f): staged_context(lake, f) for f in group}
         record_schemas(lake, contexts.values())
         staged = (
             spark.read.parquet(*(str(lake.changes / str(f)) for f in group))
@@ -115,7 +124,8 @@ def _groups(
         yield group, changes
 
 
-def _context(lake: Lake, staged: StagedFile) -> StagedContext:
+def staged_context(lake: Lake, staged: StagedFile) -> StagedContext:
+    """What decoding a staged file's rows needs: its footer."""
     path = lake.changes / str(staged)
     meta = read_metadata(path)
     source = meta.get("source") or {}
@@ -139,21 +149,24 @@ def fingerprint(descriptor: RelationDescriptor) -> str:
 
 def record_schemas(lake: Lake, contexts: Iterable[StagedContext]) -> None:
     """Write each descriptor not yet in the schema history (content-addressed, idempotent)."""
-    folder = lake.state / "schemas"
-    folder.mkdir(parents=True, exist_ok=True)
     for ctx in contexts:
         for descriptor in ctx.relations.values():
-            path = folder / f"{fingerprint(descriptor)}.json"
-            entry = {
-                "table": f"{descriptor.schema}.{descriptor.table}",
-                "first_lsn": ctx.first_lsn,
-                "descriptor": descriptor.to_json(),
-            }
-            if path.exists():
-                known = json.loads(path.read_text())
-                if int(known["first_lsn"]) <= ctx.first_lsn:
-                    continue
-            _write_atomically(path, json.dumps(entry, sort_keys=True))
+            record_schema(lake, descriptor, ctx.first_lsn)
+
+
+def record_schema(lake: Lake, descriptor: RelationDescriptor, first_lsn: int) -> None:
+    """Record a table's shape as seen from `first_lsn` on (the earliest sighting is kept)."""
+    folder = lake.state / "schemas"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{fingerprint(descriptor)}.json"
+    if path.exists() and int(json.loads(path.read_text())["first_lsn"]) <= first_lsn:
+        return
+    entry = {
+        "table": f"{descriptor.schema}.{descriptor.table}",
+        "first_lsn": first_lsn,
+        "descriptor": descriptor.to_json(),
+    }
+    _write_atomically(path, json.dumps(entry, sort_keys=True))
 
 
 def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor]]:

@@ -28,8 +28,9 @@ from cdc_core.pg.slot import (
     flush_position,
     slot_state,
 )
-from cdc_core.reader import Assembler, Budget
+from cdc_core.reader import WATERMARK_PREFIX, Assembler, Budget
 from cdc_core.stager import Limits, StagedFile, Stager
+from cdc_core.state import record_confirmed
 
 log = logging.getLogger("cdc_core.capture")
 
@@ -45,6 +46,14 @@ class CaptureSummary:
     confirmed: Lsn
     seconds: float
 
+    def plus(self, later: CaptureSummary) -> CaptureSummary:
+        """This capture and a later one of the same run, as one."""
+        return CaptureSummary(
+            self.transactions + later.transactions, self.changes + later.changes,
+            self.files + later.files, later.end_position, later.confirmed,
+            self.seconds + later.seconds,
+        )  # fmt: skip
+
     def describe(self) -> str:
         span = f"{self.files[0].start}..{self.files[-1].end}" if self.files else "nothing new"
         return (
@@ -52,6 +61,21 @@ class CaptureSummary:
             f"{len(self.files)} staged files ({span}); slot confirmed at {self.confirmed} "
             f"({self.seconds:.1f} s)"
         )
+
+
+def catch_up(config: Config, lake: Lake, position: Lsn) -> CaptureSummary:
+    """Stage every change committed before `position` (a snapshot read's place in the stream).
+
+    A small transaction holding a logical message (the read's high watermark, which the reader
+    drops) is committed first, synchronously: the WAL is then flushed past `position`, so the
+    capture that follows reaches it even on an idle server.
+    """
+    with connect(config.pipeline.source.dsn) as conn:
+        conn.execute("SET synchronous_commit = on")
+        conn.execute(
+            "SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, str(position))
+        )
+    return capture(config, lake)
 
 
 def capture(config: Config, lake: Lake) -> CaptureSummary:
@@ -84,7 +108,7 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
     counts = [0, 0]
     for attempt in range(settings.retries + 1):
         try:
-            _capture_until(config, stager, end, counts)
+            _capture_until(config, lake, stager, end, counts)
             break
         except TransientError as e:
             stager.abort()
@@ -97,7 +121,7 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
             log.warning("capture interrupted (%s); retrying in %.1f s", e, wait)
             time.sleep(wait)
     try:
-        confirmed = _settle_confirmation(config, stager.durable_end())
+        confirmed = _settle_confirmation(config, lake, stager.durable_end())
     except TransientError as e:  # everything is staged; the next run confirms what this did not
         log.warning("could not check the slot's confirmed position (%s)", e)
         confirmed = stager.durable_end()
@@ -105,15 +129,18 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
                           time.monotonic() - started)  # fmt: skip
 
 
-def _capture_until(config: Config, stager: Stager, end: Lsn, counts: list[int]) -> None:
+def _capture_until(
+    config: Config, lake: Lake, stager: Stager, end: Lsn, counts: list[int]
+) -> None:  # fmt: skip
     source = config.pipeline.source
     settings = config.pipeline.capture
-    reader: StreamSource | SqlSource
+    slot: StreamSource | SqlSource
     if source.reader == "sql":
-        reader = SqlSource(source.dsn, source.slot, source.publication,
-                           peek_changes=settings.peek_changes)  # fmt: skip
+        slot = SqlSource(source.dsn, source.slot, source.publication,
+                         peek_changes=settings.peek_changes)  # fmt: skip
     else:
-        reader = StreamSource(source.dsn, source.slot, source.publication)
+        slot = StreamSource(source.dsn, source.slot, source.publication)
+    reader = _Recording(slot, lake, source.slot)
     with connect(source.dsn) as catalog_conn:
         assembler = Assembler(
             source.tables,
@@ -124,7 +151,7 @@ def _capture_until(config: Config, stager: Stager, end: Lsn, counts: list[int]) 
         )
         reader.open(stager.durable_end())
         try:
-            events = reader.events(end) if isinstance(reader, SqlSource) else reader.events()
+            events = reader.events(end)
             _Run(assembler, stager, reader, end, counts).consume(events)
             stager.flush()
             reader.confirm(stager.durable_end())
@@ -133,12 +160,38 @@ def _capture_until(config: Config, stager: Stager, end: Lsn, counts: list[int]) 
 
 
 @dataclass
+class _Recording:
+    """The slot reader, recording each position in `_state/stream.json` before confirming it: a
+    slot found ahead of the record is not the one this pipeline read (dropped and recreated)."""
+
+    slot: StreamSource | SqlSource
+    lake: Lake
+    name: str
+    recorded: Lsn | None = None
+
+    def open(self, position: Lsn) -> None:
+        self.slot.open(position)
+
+    def events(self, end: Lsn) -> Iterator[Event]:
+        return self.slot.events(end) if isinstance(self.slot, SqlSource) else self.slot.events()
+
+    def confirm(self, position: Lsn) -> None:
+        if self.recorded is None or position > self.recorded:
+            record_confirmed(self.lake, self.name, position)
+            self.recorded = position
+        self.slot.confirm(position)
+
+    def close(self) -> None:
+        self.slot.close()
+
+
+@dataclass
 class _Run:
     """One pass over the slot: messages to the assembler, chunks to the stager, confirmations."""
 
     assembler: Assembler
     stager: Stager
-    reader: StreamSource | SqlSource
+    reader: _Recording
     end: Lsn
     counts: list[int]
 
@@ -147,8 +200,10 @@ class _Run:
             if isinstance(event, list):
                 for chunk in self.assembler.feed_many(event):
                     self._stage(chunk)
-                if self.assembler.finished:
-                    return  # committed after the end position seen at start: the next run's
+                if self.assembler.finished:  # committed after the end seen at start: the next
+                    self.stager.flush()  # run's; every transaction committed before it is staged
+                    self.reader.confirm(max(self.stager.durable_end(), self.end))
+                    return
             elif isinstance(event, Checkpoint):
                 self.stager.flush()
                 self.reader.confirm(self.stager.durable_end())
@@ -165,7 +220,7 @@ class _Run:
             self.reader.confirm(self.stager.durable_end())
 
 
-def _settle_confirmation(config: Config, target: Lsn, timeout_s: float = 10.0) -> Lsn:
+def _settle_confirmation(config: Config, lake: Lake, target: Lsn, timeout_s: float = 10.0) -> Lsn:
     """Make sure the slot really is confirmed at `target` once the walsender has gone."""
     source = config.pipeline.source
     deadline = time.monotonic() + timeout_s
@@ -175,6 +230,7 @@ def _settle_confirmation(config: Config, target: Lsn, timeout_s: float = 10.0) -
             if state is None or state.confirmed_flush >= target:
                 return state.confirmed_flush if state else target
             if state.active_pid is None:
+                record_confirmed(lake, source.slot, target)
                 return advance_slot(conn, source.slot, target)
             if time.monotonic() > deadline:
                 log.warning("slot %s still active; confirmed at %s, not %s",

@@ -1,4 +1,4 @@
-"""The `cdc` command: doctor, the local PostgreSQL, the demo and the workload generator.
+"""The `cdc` command: doctor, snapshot requests, the local PostgreSQL, the demo, the workload.
 
 Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
 75 transient, 1 anything else) and prints one clear line on stderr; `--debug` adds the
@@ -61,6 +61,36 @@ def _doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_USAGE
 
 
+def _snapshot(args: argparse.Namespace) -> int:
+    from cdc_core.config import load_pipeline
+    from cdc_core.identifiers import TableName
+    from cdc_core.lake import Lake
+    from cdc_core.pg.connect import connect
+    from cdc_core.snapshot import condition_problem
+    from cdc_core.start import request_snapshot
+
+    config = load_pipeline(args.pipeline, args.env)
+    tables = config.pipeline.source.tables
+    try:
+        table = TableName.parse(args.table)
+    except ValueError as e:
+        raise UsageError(f"cdc snapshot: --table {e}") from e
+    if table not in tables:
+        captured = ", ".join(str(t) for t in tables)
+        raise UsageError(f"cdc snapshot: pipeline {args.pipeline} does not capture {table} "
+                         f"(it captures {captured})")  # fmt: skip
+    if args.where:
+        with connect(config.pipeline.source.dsn) as conn:
+            problem = condition_problem(conn, table, args.where)
+        if problem:
+            raise UsageError(f"cdc snapshot: {problem}")
+    path = request_snapshot(Lake(config.pipeline.target.root), table, args.where, args.blocking)
+    kind = "blocking" if args.blocking else "incremental"
+    print(f"{kind} snapshot of {table} requested ({path}); the next run of pipeline "
+          f"{args.pipeline} reads it")  # fmt: skip
+    return EXIT_OK
+
+
 def _pg(args: argparse.Namespace) -> int:
     from cdc_core.pg.local import ensure_cluster, find_cluster, home_dir
 
@@ -115,6 +145,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
     p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
     p.set_defaults(run=_doctor)
+
+    p = sub.add_parser("snapshot", help="request a snapshot of a table for the next run")
+    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
+    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p.add_argument("--table", required=True, help="a captured table, schema.name")
+    p.add_argument("--where", default=None, help="read only rows matching this SQL condition")
+    p.add_argument(
+        "--blocking",
+        action="store_true",
+        help="a blocking snapshot (Debezium's type=blocking) instead of incremental",
+    )
+    p.set_defaults(run=_snapshot)
 
     p = sub.add_parser("pg", help="the local PostgreSQL cluster used by the demo")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])

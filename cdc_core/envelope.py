@@ -53,6 +53,13 @@ TRANSACTION = T.StructType(
 MESSAGE = T.StructType(
     [T.StructField("prefix", T.StringType()), T.StructField("content", T.BinaryType())]
 )
+READ_VIEW = T.StructType(  # the MVCC snapshot a snapshot read saw: 32-bit xids, as pgoutput sends
+    [
+        T.StructField("xmin", T.LongType()),
+        T.StructField("xmax", T.LongType()),
+        T.StructField("xip", T.ArrayType(T.LongType())),
+    ]
+)
 BRONZE = T.StructType(
     [
         T.StructField("op", T.StringType()),
@@ -71,7 +78,8 @@ BRONZE = T.StructType(
         T.StructField("commit_lsn", T.LongType()),
         T.StructField("seq", T.LongType()),
         T.StructField("source_table", T.StringType()),
-        T.StructField("staged_file", T.StringType()),
+        T.StructField("staged_file", T.StringType()),  # or the snapshot group that read the row
+        T.StructField("read_view", READ_VIEW),  # snapshot rows only
     ]
 )
 ORDER_COLUMNS = ("commit_lsn", "seq")  # the total order of changes: (commit LSN, position)

@@ -24,6 +24,8 @@ from cdc_core.pg import pgoutput as po
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
 _ROW_CHANGES = frozenset(b"IUD")
+WATERMARK_PREFIX = "cdc-lake.watermark"
+"""Prefix of the logical messages snapshot reads write after themselves; never staged."""
 _OID = struct.Struct(">I").unpack_from
 
 
@@ -203,6 +205,8 @@ class Assembler:
         return self._split_if_full(chunk)
 
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
+        if msg.prefix == WATERMARK_PREFIX:
+            return None  # a snapshot read's high watermark: it only moves the stream along
         if msg.transactional:
             chunk = self.chunk
             if chunk is None or self.skipping:

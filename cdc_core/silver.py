@@ -54,22 +54,25 @@ class TableResult:
 
 
 def apply_silver(
-    spark: SparkSession, lake: Lake, tables: list[TableName], settings: SilverSettings
-) -> list[TableResult]:
+    spark: SparkSession, lake: Lake, tables: list[TableName], settings: SilverSettings,
+    *, frontier: int | None = None,
+) -> list[TableResult]:  # fmt: skip
     """Apply every table's pending bronze rows; a table that cannot follow its source stops
-    alone (its error is in the result) while the others go on."""
+    alone (its error is in the result) while the others go on. Snapshot reads placed after
+    `frontier` (the stream has not reached them yet) wait."""
     results = []
     for table in tables:
         try:
-            results.append(apply_table(spark, lake, table, settings))
+            results.append(apply_table(spark, lake, table, settings, frontier=frontier))
         except SchemaChangeError as e:
             results.append(TableResult(table.qualified, 0, str(e)))
     return results
 
 
 def apply_table(
-    spark: SparkSession, lake: Lake, table: TableName, settings: SilverSettings
-) -> TableResult:
+    spark: SparkSession, lake: Lake, table: TableName, settings: SilverSettings,
+    *, frontier: int | None = None,
+) -> TableResult:  # fmt: skip
     history = schema_history(lake, table.qualified)
     if not history:
         return TableResult(table.qualified, 0)  # nothing captured for it yet
@@ -80,15 +83,18 @@ def apply_table(
         register(spark, path, shape, settings.database)
     mark = read_watermark(spark, path, WATERMARK)
     after = _position(mark[WATERMARK]) if mark else (-1, -1)
-    rows = _pending(spark, lake, table, after)
+    rows = _pending(spark, lake, table, after, frontier)
     summary = _summary(rows)
     if summary is None:
         return TableResult(table.qualified, 0)
-    changes, end, truncated, unsent = summary
+    changes, end, truncated, unsent, reads = summary
     batch = rows.where(~after_position(*end))
-    if truncated is not None:
-        batch = _truncate(spark, path, batch, truncated, settings)
-    _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent)
+    if truncated is not None:  # only what follows the last TRUNCATE counts
+        _empty(spark, path, settings, version=truncated[0], watermark=truncated)
+        batch = batch.where((F.col("op") != "t") & after_position(*truncated))
+    if reads and not shape.key:  # a snapshot of a table without a key replaces its content
+        _empty(spark, path, settings, version=end[0], watermark=after)
+    _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent, reads=reads > 0)
     return TableResult(table.qualified, changes)
 
 
@@ -101,7 +107,7 @@ def _position(value: object) -> tuple[int, int]:
 
 def _summary(
     rows: DataFrame,
-) -> tuple[int, tuple[int, int], tuple[int, int] | None, list[str]] | None:
+) -> tuple[int, tuple[int, int], tuple[int, int] | None, list[str], int] | None:
     """One pass over the pending rows: how many, the last position, the last TRUNCATE's, and
     which columns some change did not carry (unchanged TOAST)."""
     pos = F.struct("commit_lsn", "seq")
@@ -112,48 +118,54 @@ def _summary(
         F.array_distinct(F.flatten(F.collect_list(F.coalesce("unchanged", F.array())))).alias(
             "unsent"
         ),
+        F.count(F.when(F.col("op") == "r", 1)).alias("reads"),
     ).first()
     if found is None or not found["n"]:
         return None
     end = (int(found["end"]["commit_lsn"]), int(found["end"]["seq"]))
     t = found["truncated"]
     truncated = (int(t["commit_lsn"]), int(t["seq"])) if t is not None else None
-    return int(found["n"]), end, truncated, sorted(found["unsent"])
+    return int(found["n"]), end, truncated, sorted(found["unsent"]), int(found["reads"])
 
 
 def _pending(
-    spark: SparkSession, lake: Lake, table: TableName, after: tuple[int, ...]
-) -> DataFrame:
+    spark: SparkSession, lake: Lake, table: TableName, after: tuple[int, ...],
+    frontier: int | None,
+) -> DataFrame:  # fmt: skip
     bronze = spark.read.format("delta").load(lake.bronze)
-    return bronze.where(
+    rows = bronze.where(
         (F.col("source_table") == table.qualified)
         & F.col("op").isin("c", "u", "d", "r", "t")
         & after_position(after[0], after[1])
     )
+    if frontier is not None:  # stream changes are all before it; reads after it wait
+        rows = rows.where((F.col("op") != "r") | (F.col("commit_lsn") <= frontier))
+    return rows
 
 
-def _truncate(
-    spark: SparkSession, path: str, batch: DataFrame, at: tuple[int, int], settings: SilverSettings
-) -> DataFrame:
-    """Empty the mirror for the batch's last TRUNCATE; keep only what follows it."""
+def _empty(
+    spark: SparkSession, path: str, settings: SilverSettings, *, version: int,
+    watermark: tuple[int, int],
+) -> None:  # fmt: skip
+    """Empty the mirror (or mark every row deleted), once per `version`; the commit records
+    `watermark`, where a run that dies right after resumes."""
     target = DeltaTable.forPath(spark, path)
-    with committing(spark, {WATERMARK: list(at)}, app_id=TRUNCATE_APP, version=at[0]):
+    with committing(spark, {WATERMARK: list(watermark)}, app_id=TRUNCATE_APP, version=version):
         if settings.soft_delete:
             target.update(set={"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("t")})
         else:
             target.delete()
-    return batch.where((F.col("op") != "t") & after_position(*at))
 
 
 def _merge(
     spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, *,
-    end: tuple[int, int], settings: SilverSettings, unsent: list[str],
+    end: tuple[int, int], settings: SilverSettings, unsent: list[str], reads: bool,
 ) -> None:  # fmt: skip
     """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark."""
     target = DeltaTable.forPath(spark, path)
     before = table_version(target)
     with committing(spark, {WATERMARK: list(end)}, app_id=MERGE_APP, version=end[0]):
-        merge_changes(spark, path, shape, batch, settings, unsent=unsent)
+        merge_changes(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
         if table_version(target) == before:  # nothing to change: record the watermark alone
             spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ('cdc.watermark' = "
                       f"'{end[0]}/{end[1]}')")  # fmt: skip
@@ -161,20 +173,41 @@ def _merge(
 
 def merge_changes(
     spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, settings: SilverSettings,
-    *, unsent: list[str] | None = None,
+    *, unsent: list[str] | None = None, reads: bool = True,
 ) -> None:  # fmt: skip
     """MERGE bronze rows of one table into its mirror behind the order guard. Applying the same
     rows again changes nothing (multiset tables rely on the caller's exactly-once instead).
-    `unsent`: columns some change did not carry (None: find out)."""
+    `unsent`: columns some change did not carry (None: find out); `reads`: whether the batch
+    may hold snapshot reads."""
     target = DeltaTable.forPath(spark, path)
     values = parsed(batch, shape)
     if shape.key:
         changes = typed(values, shape, settings.modes).localCheckpoint()  # typed once
-        source = keyed_source(changes, shape, target.toDF(), unsent)
+        source = keyed_source(changes, shape, target.toDF(), unsent, reads=reads)
         _keyed_merge(target, source, shape, settings).execute()
     else:
-        source = typed(multiset_source(values, shape), shape, settings.modes)
+        view = None
+        if reads:
+            first = batch.where(F.col("op") == "r").select("read_view").first()
+            view = first["read_view"].asDict() if first and first["read_view"] else None
+        source = typed(multiset_source(values, shape, view), shape, settings.modes)
         _multiset_merge(target, source, shape, settings).execute()
+
+
+def sweep(
+    spark: SparkSession, path: str, before: tuple[int, int], settings: SilverSettings
+) -> None:
+    """After a full snapshot, remove rows whose last change is older than its first read: the
+    snapshot did not find them, so the source no longer has them."""
+    target = DeltaTable.forPath(spark, path)
+    older = F.col("_cdc_lsn") < before[0]
+    older = older | ((F.col("_cdc_lsn") == before[0]) & (F.col("_cdc_seq") < before[1]))
+    if settings.soft_delete:
+        target.update(
+            older & ~F.col("_cdc_deleted"), {"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("d")}
+        )
+    else:
+        target.delete(older)
 
 
 def _q(name: str) -> str:

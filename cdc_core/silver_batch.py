@@ -21,12 +21,43 @@ from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
 from cdc_core.silver_shape import TableShape, arrow_type, spark_type
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
-         "_cdc_delta"]  # fmt: skip
+         "_cdc_delta", "_xid", "_read_view"]  # fmt: skip
+_XID_SPAN = 1 << 32
 
 
 def position() -> Column:
     """The one order of changes: commit LSN, then position in the transaction."""
     return F.struct("commit_lsn", "seq")
+
+
+def _precedes(a: Column, b: Column) -> Column:
+    """Transaction id `a` is older than `b`: 32-bit ids compared modulo 2^32, as PostgreSQL does."""
+    half = F.lit(_XID_SPAN // 2)
+    return F.pmod(a - b + half, F.lit(_XID_SPAN)) < half
+
+
+def visible(xid: Column, view: Column) -> Column:
+    """Whether transaction `xid` had committed for a read with MVCC snapshot `view`: older
+    than every transaction running then (xmin), or older than xmax and not running (xip)."""
+    return _precedes(xid, view["xmin"]) | (
+        _precedes(xid, view["xmax"]) & ~F.array_contains(view["xip"], xid)
+    )
+
+
+def with_phase(changes: DataFrame, key: list[str]) -> DataFrame:
+    """`_phase` orders a key's changes around a snapshot read of it, by visibility, not by LSN:
+    0 the read already saw it, 1 the read itself (or no read of this key), 2 it came after."""
+    by_key = Window.partitionBy(*key)
+    reads = F.when(F.col("_cdc_op") == "r", F.struct("_cdc_lsn", "_cdc_seq"))
+    view = F.max_by(F.when(F.col("_cdc_op") == "r", F.col("_read_view")), reads).over(by_key)
+    changes = changes.withColumn("_view", view)
+    phase = (
+        F.when(F.col("_cdc_op") == "r", 1)
+        .when(F.col("_view").isNull() | F.col("_xid").isNull(), 1)
+        .when(visible(F.col("_xid"), F.col("_view")), 0)
+        .otherwise(2)
+    )  # fmt: skip
+    return changes.withColumn("_phase", phase).drop("_view")
 
 
 def after_position(lsn: int, seq: int) -> Column:
@@ -51,6 +82,8 @@ def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
     return bronze.select(
         "op", "commit_lsn", "seq",
         F.col("source.ts_us").alias("_commit_ts_us"),
+        F.col("source.txId").alias("_xid"),
+        F.col("read_view").alias("_read_view"),
         F.coalesce("unchanged", F.array().cast("array<string>")).alias("_unchanged"),
         values.alias("_values"),
         (F.from_json(old_key, key_type) if shape.key else F.lit(None)).alias("_old_key"),
@@ -59,9 +92,16 @@ def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
     )  # fmt: skip
 
 
-def multiset_source(values: DataFrame, shape: TableShape) -> DataFrame:
+def multiset_source(
+    values: DataFrame, shape: TableShape, read_view: dict[str, object] | None = None
+) -> DataFrame:
     """Row deltas of a table without a key: +1 for a row that appears, -1 for one that goes.
-    A row is identified by its whole content (`_cdc_row_hash`); identical rows add up."""
+    A row is identified by its whole content (`_cdc_row_hash`); identical rows add up. With a
+    snapshot read in the batch (`read_view`), changes the read already saw are left out."""
+    if read_view is not None:
+        view = F.struct(*[F.lit(v).alias(k) for k, v in read_view.items()])
+        seen = (F.col("op") != "r") & F.col("_xid").isNotNull() & visible(F.col("_xid"), view)
+        values = values.where(~seen)
     plus = values.where(F.col("op").isin("c", "r", "u")).withColumn("_cdc_delta", F.lit(1))
     minus = (
         values.where(F.col("op").isin("d", "u"))
@@ -151,11 +191,16 @@ def _array(values: list[object], arrow: pa.DataType) -> pa.Array:
 
 
 def keyed_source(
-    changes: DataFrame, shape: TableShape, target: DataFrame, unsent: list[str] | None = None
-) -> DataFrame:
+    changes: DataFrame, shape: TableShape, target: DataFrame, unsent: list[str] | None = None,
+    *, reads: bool = True,
+) -> DataFrame:  # fmt: skip
     """The newest change per key, with unchanged TOASTed values resolved where the batch or the
     stored row of an old key (after a primary-key change) knows them. `unsent`: the columns
-    some change did not carry, when the caller knows them already."""
+    some change did not carry, when the caller knows them already; `reads`: whether the batch
+    may hold snapshot reads (their keys' changes are then ordered around them by visibility)."""
+    changes = (
+        with_phase(changes, list(shape.key)) if reads else changes.withColumn("_phase", F.lit(1))
+    )
     resolvable = unsent
     if resolvable is None:
         resolvable = [r[0] for r in changes.select(F.explode("_unchanged")).distinct().collect()]
@@ -163,14 +208,16 @@ def keyed_source(
         changes = _from_earlier_changes(changes, shape, resolvable)
         changes = _across_key_changes(changes, shape, target, resolvable)
     key = [F.col(k) for k in shape.key]
-    newest = Window.partitionBy(*key).orderBy(F.col("_cdc_lsn").desc(), F.col("_cdc_seq").desc())
-    return changes.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+    order = [F.col(c).desc() for c in ("_phase", "_cdc_lsn", "_cdc_seq")]
+    newest = Window.partitionBy(*key).orderBy(*order)
+    ranked = changes.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
+    return ranked.drop("_rank", "_phase")
 
 
 def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str]) -> DataFrame:
     """A value not sent takes the latest value the same key's earlier changes carried."""
     earlier = (
-        Window.partitionBy(*shape.key).orderBy("_cdc_lsn", "_cdc_seq")
+        Window.partitionBy(*shape.key).orderBy("_phase", "_cdc_lsn", "_cdc_seq")
         .rowsBetween(Window.unboundedPreceding, -1)
     )  # fmt: skip
     still = []

@@ -158,6 +158,33 @@ class SnapshotConfig:
             aliases={"never": "no_data"},
         ),
     )
+    chunk_size: int = field(
+        default=100_000,
+        metadata=meta("rows per chunk: a chunk is one Spark task reading one key range",
+                      key="chunk.size", debezium="incremental.snapshot.chunk.size"),
+    )  # fmt: skip
+    max_threads: int = field(
+        default=4,
+        metadata=meta("chunks read at once under one MVCC snapshot (JDBC connections); a killed "
+                      "snapshot re-reads at most this many", key="max.threads",
+                      debezium="snapshot.max.threads"),
+    )  # fmt: skip
+    fetch_size: int = field(
+        default=10_240,
+        metadata=meta("rows per JDBC fetch", key="fetch.size", debezium="snapshot.fetch.size"),
+    )
+    signal_data_collection: TableName | None = field(
+        default=None,
+        metadata=meta("Debezium's signalling table (id, type, data), read at the start of every "
+                      "run: execute-snapshot and stop-snapshot", key="signal.data.collection",
+                      debezium="signal.data.collection", example="public.debezium_signal"),
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        for key, value in (("chunk.size", self.chunk_size), ("max.threads", self.max_threads),
+                           ("fetch.size", self.fetch_size)):  # fmt: skip
+            if value < 1:
+                raise FieldError(key, f"{value} must be at least 1")
 
 
 @dataclass(frozen=True)

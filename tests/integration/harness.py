@@ -69,7 +69,7 @@ class Pipeline:
 
 def make_pipeline(
     home: Path, dsn: str, tables: list[str], *, extra: str = "", source_extra: str = "",
-    snapshot: str = "no_data",
+    snapshot: str = "no_data", snapshot_extra: str = "",
 ) -> Pipeline:  # fmt: skip
     """A pipeline `p` of `tables` in `home` (its lake in home/lake), with a slot of its own."""
     slot = f"cdc_{home.name[-20:].lower().replace('-', '_')}_{os.getpid()}"
@@ -88,7 +88,9 @@ def make_pipeline(
           tables: [{table_list}]
         """)
         + textwrap.indent(textwrap.dedent(source_extra), "  ")
-        + f"snapshot:\n  mode: {snapshot}\ntarget:\n  root: {home / 'lake'}\n"
+        + f"snapshot:\n  mode: {snapshot}\n"
+        + textwrap.indent(textwrap.dedent(snapshot_extra), "  ")
+        + f"target:\n  root: {home / 'lake'}\n"
         + textwrap.dedent(extra)
     )
     return Pipeline(home, dsn, slot)

@@ -62,7 +62,12 @@ def test_spark_submit_ingest_runs_the_orders_pipeline(shop: str, tmp_path: Path)
     proc = run([spark_submit(), "jobs/ingest.py", "--pipeline", "orders"], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "pipeline orders:" in proc.stdout
-    assert (tmp_path / "orders" / "_staging").is_dir()
+    assert (
+        "snapshot: 650 rows read, tables done: public.customers, public.orders, public.order_items"
+        in proc.stdout
+    ), proc.stdout
+    for table in ("customers", "orders", "order_items"):
+        assert (tmp_path / "orders" / "silver" / "public" / table / "_delta_log").is_dir()
 
 
 @pytest.fixture

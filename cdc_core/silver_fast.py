@@ -1,0 +1,57 @@
+"""Typing in the JVM where a Spark cast is exact: the fast path of silver's text -> type step.
+
+The Python converters (`cdc_core.pgtypes`) type every value of every type exactly, but in
+Python. For the common types a Spark cast gives the very same value whenever the text has the
+plain form PostgreSQL prints (`123`, `-1.50`, `2024-01-02 03:04:05.6+00`); `fast_value`
+returns that cast, guarded by the form, and NULL for any other text (NaN in a numeric, BC
+dates, infinity, a year past 9999), which the converters then decide. Types without a fast
+path (arrays, intervals, money, bytea, geometric types, float4, ...) always go to Python.
+`tests/spark/test_silver_fast.py` checks every fast path against its converter.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from cdc_core.pgtypes import ColumnType, TypeModes, converter, scalars, silver_type
+from cdc_core.silver_shape import spark_type
+
+_INTEGER = r"^-?[0-9]+$"
+_FLOAT8 = r"^(-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?|-?Infinity|NaN)$"
+_DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_TIMESTAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+_CASTS = {"int2", "int4", "int8", "oid", "xid", "cid"}
+
+
+def fast_value(t: ColumnType, modes: TypeModes, text: Column) -> Column | None:
+    """A Spark expression typing `text` exactly as `converter(t, modes)` does, NULL where only
+    the converter can say; None when the type has no fast path."""
+    if t.array:
+        return None
+    convert = converter(t, modes)
+    if convert is scalars.identity:
+        return text  # kept as its text (uuid, json, enums, text, varchar, char(n), ...)
+    target = spark_type(silver_type(t, modes))
+    if t.kind != "b":
+        return None
+    if t.name in _CASTS:
+        return F.when(text.rlike(_INTEGER), text.try_cast(target))
+    if t.name == "bool":
+        return F.when(text == "t", F.lit(True)).when(text == "f", F.lit(False))
+    if t.name == "float8" or (t.name == "numeric" and modes.decimal == "double"):
+        return F.when(text.rlike(_FLOAT8), text.try_cast(target))
+    if t.name == "numeric" and modes.decimal == "precise":
+        typmod = scalars.numeric_typmod(t.modifier)
+        if typmod is None:
+            return None
+        _, scale = scalars.decimal_shape(*typmod)
+        form = rf"^-?[0-9]+\.[0-9]{{{scale}}}$" if scale > 0 else _INTEGER
+        return F.when(text.rlike(form), text.try_cast(target))
+    if t.name == "date":
+        return F.when(text.rlike(_DATE), text.try_cast(target))
+    if t.name == "timestamp":
+        return F.when(text.rlike(_TIMESTAMP + "$"), text.try_cast(target))
+    if t.name == "timestamptz":  # sessions print UTC (TimeZone=UTC): the offset is always +00
+        return F.when(text.rlike(_TIMESTAMP + r"\+00$"), text.try_cast(target))
+    return None

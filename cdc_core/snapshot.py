@@ -1,0 +1,208 @@
+"""Snapshots as jobs that survive restarts: plan chunks, read them group by group, then sweep.
+
+A job covers some tables; each table is planned into chunks once (the plan is stored, so a
+resumed job reads the same chunks) and read in groups of `max.threads` chunks, each group
+under one MVCC snapshot (`cdc_core.snapshot_read`). A killed run re-reads at most the group
+that was in flight. Once silver has merged a full (unfiltered) table snapshot, rows the
+snapshot did not find are swept from the mirror: the source no longer has them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import psycopg
+from psycopg import sql
+
+from cdc_core.events import RelationDescriptor
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.pg import pgoutput as po
+from cdc_core.pg.catalog import describe_relation, table_info
+from cdc_core.snapshot_plan import ChunkPlan, plan_chunks
+from cdc_core.state import read_json, snapshots_dir, write_json
+
+log = logging.getLogger("cdc_core.snapshot")
+
+Kind = Literal["initial", "incremental", "blocking"]
+
+
+@dataclass
+class TableSnapshot:
+    """One table's part of a job, and how far it got."""
+
+    table: TableName
+    plan: ChunkPlan
+    columns: tuple[str, ...]
+    condition: str | None = None  # a WHERE condition (incremental additional-conditions, --where)
+    select: str | None = None  # a full SELECT instead of the table (blocking additional-conditions)
+    groups_done: int = 0
+    rows: int = 0
+    first: int | None = None  # WAL position before its first read: rows older are swept
+    last: int | None = None  # read position of its last group: silver has it once the stream does
+    done: bool = False
+
+    @property
+    def full(self) -> bool:
+        """Unfiltered: every row of the table was read, so what was not found is gone."""
+        return self.condition is None and self.select is None
+
+    def groups(self, size: int) -> list[tuple[int, ...]]:
+        """Chunk numbers per group; a table without a key is read under one snapshot."""
+        numbers = [c.number for c in self.plan.chunks]
+        if not self.plan.key:
+            return [tuple(numbers)]
+        return [tuple(numbers[i : i + size]) for i in range(0, len(numbers), size)]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "table": str(self.table), "plan": self.plan.to_json(), "columns": list(self.columns),
+            "condition": self.condition, "select": self.select, "groups_done": self.groups_done,
+            "rows": self.rows, "first": self.first, "last": self.last, "done": self.done,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> TableSnapshot:
+        return cls(
+            TableName.parse(str(d["table"])), ChunkPlan.from_json(d["plan"]),  # type: ignore[arg-type]
+            tuple(d["columns"]), d.get("condition"), d.get("select"),  # type: ignore[arg-type]
+            int(d["groups_done"]), int(d["rows"]), d.get("first"), d.get("last"),  # type: ignore[call-overload, arg-type]
+            bool(d["done"]),
+        )  # fmt: skip
+
+
+@dataclass
+class SnapshotJob:
+    """A snapshot of some tables: initial (or always / when_needed), incremental or blocking."""
+
+    id: str
+    kind: Kind
+    origin: str  # snapshot.mode, a signal id, the command line, a new table
+    tables: list[TableSnapshot] = field(default_factory=list)
+    created_us: int = field(default_factory=lambda: time.time_ns() // 1000)
+    stopped: bool = False
+
+    @property
+    def reading(self) -> bool:
+        return not self.stopped and any(not t.done and t.last is None for t in self.tables)
+
+    @property
+    def finished(self) -> bool:
+        return self.stopped or all(t.done for t in self.tables)
+
+    def save(self, lake: Lake) -> None:
+        write_json(snapshots_dir(lake) / f"{self.id}.json", self.to_json())
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id, "kind": self.kind, "origin": self.origin, "created_us": self.created_us,
+            "stopped": self.stopped, "tables": [t.to_json() for t in self.tables],
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> SnapshotJob:
+        tables = [TableSnapshot.from_json(t) for t in d["tables"]]  # type: ignore[attr-defined]
+        return cls(str(d["id"]), d["kind"], str(d["origin"]), tables, int(d["created_us"]),  # type: ignore[arg-type, call-overload]
+                   bool(d.get("stopped")))  # fmt: skip
+
+
+def load_jobs(lake: Lake) -> list[SnapshotJob]:
+    """Every job, oldest first."""
+    folder = snapshots_dir(lake)
+    jobs = (
+        [SnapshotJob.from_json(read_json(p)) for p in sorted(folder.glob("*.json"))]
+        if folder.is_dir()
+        else []
+    )
+    return sorted(jobs, key=lambda j: j.created_us)
+
+
+def plan_job(
+    conn: psycopg.Connection[tuple[object, ...]], kind: Kind, origin: str,
+    tables: Sequence[TableName], *, chunk_size: int,
+    conditions: dict[TableName, str] | None = None, surrogate_key: str | None = None,
+) -> SnapshotJob:  # fmt: skip
+    """Plan every table's chunks now (the plan is kept with the job)."""
+    job = SnapshotJob(
+        f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}", kind, origin
+    )
+    for table in tables:
+        condition = (conditions or {}).get(table)
+        key = [surrogate_key] if surrogate_key else None
+        plan = plan_chunks(conn, table, key=key, chunk_size=chunk_size)
+        columns = _columns(conn, table)
+        part = TableSnapshot(table, plan, columns)
+        if condition and kind == "blocking":
+            part.select = condition
+        elif condition:
+            part.condition = condition
+        job.tables.append(part)
+    return job
+
+
+def condition_problem(
+    conn: psycopg.Connection[tuple[object, ...]], table: TableName, condition: str, *,
+    select: bool = False,
+) -> str | None:  # fmt: skip
+    """Why `condition` (a WHERE condition on `table`, or with `select` a whole SELECT) cannot
+    be read, or None. The server plans it (EXPLAIN, read-only; nothing runs)."""
+    source = (
+        f"({condition}) AS cdc_selected"
+        if select
+        else f"{sql_text(conn, table)} WHERE ({condition})"
+    )
+    try:
+        with conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")
+            conn.execute(f"EXPLAIN SELECT * FROM {source}")
+    except psycopg.Error as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        what = "SELECT" if select else "condition"
+        return f"the {what} {condition!r} for {table} does not run: {first}"
+    return None
+
+
+def sql_text(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> str:
+    return sql.Identifier(table.schema, table.name).as_string(conn)
+
+
+def _columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> tuple[str, ...]:
+    """The columns pgoutput sends, in its order: not dropped, not generated."""
+    rows = conn.execute(
+        "SELECT attname::text FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+        (str(table),),
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
+
+
+def catalog_descriptor(
+    conn: psycopg.Connection[tuple[object, ...]], table: TableName
+) -> RelationDescriptor:
+    """The table's Relation descriptor as the catalog has it now: the shape of snapshot rows."""
+    info = table_info(conn, [table])[table]
+    if info is None:
+        raise psycopg.errors.UndefinedTable(f"table {table} does not exist")
+    rows = conn.execute(
+        "SELECT attname::text, atttypid::int, atttypmod FROM pg_attribute WHERE attrelid = %s "
+        "AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+        (info.oid,),
+    ).fetchall()
+    names = [str(r[0]) for r in rows]
+    identity = {  # the columns a Relation message flags: the replica identity's
+        po.ReplicaIdentity.FULL: set(names),
+        po.ReplicaIdentity.NOTHING: set(),
+    }.get(info.replica_identity, set(info.identity_columns))
+    relation = po.Relation(
+        None, info.oid, table.schema, table.name, info.replica_identity,
+        tuple(
+            po.RelationColumn(str(n), int(str(o)), int(str(m)), str(n) in identity)
+            for n, o, m in rows
+        ),
+    )  # fmt: skip
+    return describe_relation(conn, relation, {})

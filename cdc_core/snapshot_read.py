@@ -1,0 +1,366 @@
+"""Snapshot reads: one group of chunks, read in parallel by Spark JDBC under one MVCC snapshot.
+
+The driver notes the WAL insert position (low watermark), opens a REPEATABLE READ transaction,
+locks the table in ACCESS SHARE mode (no TRUNCATE or ALTER while it is read), exports its
+snapshot and records what it sees (`pg_current_snapshot()`: xmin, xmax, running xids) and the
+WAL insert position after it (high watermark, the read's place in the stream). When the
+pipeline streams, the stream is then staged past the high watermark and the rows it overtook
+are dropped or brought up to date (`cdc_core.snapshot_window`). Each executor imports the
+snapshot (`SET TRANSACTION SNAPSHOT`) and reads one chunk, values as the type's output text
+(what pgoutput sends). The rows go to bronze as `op=r` events at the high watermark, carrying
+the read view, in one commit per group that Delta skips if it was already made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psycopg
+from delta.tables import DeltaTable
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdc_core import __version__, faults
+from cdc_core.bronze import WATERMARK as STAGED_END
+from cdc_core.bronze import applied_end, ensure_bronze, record_schema
+from cdc_core.config import Dsn
+from cdc_core.envelope import BRONZE
+from cdc_core.errors import TransientError
+from cdc_core.events import RelationDescriptor
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.lake_state import committing
+from cdc_core.lsn import Lsn
+from cdc_core.pg.connect import VALUE_OPTIONS, connect
+from cdc_core.snapshot import SnapshotJob, catalog_descriptor
+from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
+from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken
+
+log = logging.getLogger("cdc_core.snapshot")
+
+
+@dataclass(frozen=True)
+class GroupRead:
+    """One group of one table's snapshot, as its caller describes it."""
+
+    job_id: str
+    kind: str  # initial | incremental | blocking
+    pipeline: str
+    database: str
+    table: TableName
+    plan: ChunkPlan
+    chunks: tuple[Chunk, ...]
+    group: int
+    condition: str | None  # an extra WHERE condition (Debezium's additional-conditions)
+    select: str | None  # a full SELECT to read from instead of the table (blocking snapshots)
+    fetch_size: int
+    columns: tuple[str, ...] = ()  # as the catalog has them under the read's lock
+    primary_key: tuple[str, ...] = ()  # the events' key (the chunk key may be a surrogate)
+
+    @property
+    def app_id(self) -> str:
+        return f"cdc-snapshot-{self.job_id}-{self.table.qualified}"
+
+
+def jdbc_target(dsn: Dsn) -> tuple[str, dict[str, str]]:
+    """A JDBC URL and connection properties for the source, formatting values like pgoutput."""
+    params = conninfo_to_dict(dsn.conninfo)
+    host, port = str(params.get("host") or "localhost"), str(params.get("port") or "5432")
+    user = str(params.get("user") or "")
+    url = f"jdbc:postgresql://{host}:{port}/{params.get('dbname') or user}"
+    props = {"driver": "org.postgresql.Driver", "user": user, "options": VALUE_OPTIONS}
+    for key in ("password", "sslmode", "sslrootcert", "sslcert", "sslkey"):
+        if params.get(key):
+            props[key] = str(params[key])
+    return url, props
+
+
+def _chunk_query(
+    read: GroupRead, chunk: Chunk, conn: psycopg.Connection[tuple[object, ...]]
+) -> str:
+    texts = sql.SQL(", ").join(
+        sql.SQL("CASE WHEN {0}::text IS NULL THEN NULL ELSE format('%s', {0}) END AS {0}").format(
+            sql.Identifier(c)
+        )
+        for c in read.columns
+    )  # ::text IS NULL: a composite whose fields are all NULL is not NULL itself
+    source: sql.Composable = sql.Identifier(read.table.schema, read.table.name)
+    if read.select:
+        source = sql.SQL("({}) AS cdc_selected").format(sql.SQL(read.select))
+    where = [chunk_predicate(read.plan, chunk)] + (
+        [f"({read.condition})"] if read.condition else []
+    )
+    query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
+        texts, source, sql.SQL(" AND ".join(where))
+    )
+    return query.as_string(conn)
+
+
+CatchUp = Callable[[Lsn], object]
+"""Stages the stream past a position (`cdc_core.capture.catch_up`)."""
+
+
+class TableGoneError(Exception):
+    """The table was dropped since its snapshot was planned."""
+
+
+def read_group(
+    spark: SparkSession, lake: Lake, dsn: Dsn, read: GroupRead, *, catch_up: CatchUp | None,
+    lock_timeout_ms: int = 10_000,
+) -> tuple[ReadView, int, RelationDescriptor]:  # fmt: skip
+    """Read the group's chunks under one snapshot and append them to bronze; (view, rows, the
+    table's shape as read). `catch_up`: the pipeline streams, and the read is reconciled with
+    it (None: no stream)."""
+    url, props = jdbc_target(dsn)
+    coordinator = connect(dsn, values=True)
+    try:
+        before = _one(coordinator, "SELECT pg_current_wal_insert_lsn()::text")
+        coordinator.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        coordinator.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
+        _lock(coordinator, read.table, lock_timeout_ms)
+        exported = _one(coordinator, "SELECT pg_export_snapshot()")  # takes the snapshot
+        shape = catalog_descriptor(coordinator, read.table)  # as of the snapshot, locked
+        read = dataclasses.replace(
+            read, columns=tuple(c.name for c in shape.columns), primary_key=shape.primary_key
+        )
+        snapshot = _one(coordinator, "SELECT pg_current_snapshot()::text")
+        faults.point("snapshot.after_export")  # a transaction the read missed may commit here
+        position = _one(coordinator, "SELECT pg_current_wal_insert_lsn()::text")
+        view = ReadView.parse(snapshot, position, before)
+        props |= {
+            "sessionInitStatement": (
+                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+                f"SET TRANSACTION SNAPSHOT '{exported}'"
+            ),
+            "fetchsize": str(read.fetch_size),
+        }
+        frames = [
+            spark.read.jdbc(
+                url, f"({_chunk_query(read, c, coordinator)}) AS cdc_chunk", properties=props
+            )
+            for c in read.chunks
+        ]
+        rows = _union(frames)
+        if catch_up is not None:
+            catch_up(view.position)  # the stream, staged past the read: what overtook it is known
+            newer = overtaken(lake, read.table, read.primary_key, view)
+            if newer:
+                rows = _overtake(spark, rows, read, newer)
+        rows = _envelopes(rows, read, view)
+        ensure_bronze(spark, lake)
+        metadata = {
+            "snapshot": read.job_id,
+            "table": read.table.qualified,
+            "group": read.group,
+            STAGED_END: str(applied_end(spark, lake)),
+        }  # kept in reach of the history depth
+        with committing(spark, metadata):
+            (
+                rows.write.format("delta").mode("append")
+                .option("txnAppId", read.app_id).option("txnVersion", read.group)
+                .save(lake.bronze)
+            )  # fmt: skip
+        count = _appended_rows(spark, lake, metadata)
+    finally:
+        coordinator.close()  # ends the transaction, and with it the exported snapshot
+    return view, count, shape
+
+
+def _lock(conn: psycopg.Connection[tuple[object, ...]], table: TableName, timeout_ms: int) -> None:
+    try:
+        conn.execute(
+            sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                sql.Identifier(table.schema, table.name)
+            )
+        )
+    except psycopg.errors.UndefinedTable as e:
+        raise TableGoneError(str(table)) from e
+    except psycopg.errors.LockNotAvailable as e:
+        raise TransientError(
+            f"snapshot of {table}: no ACCESS SHARE lock within {timeout_ms} ms (a long ALTER "
+            "TABLE, TRUNCATE or VACUUM FULL holds it); the next run tries again"
+        ) from e
+
+
+def _overtake(spark: SparkSession, rows: DataFrame, read: GroupRead, newer: Overtaken) -> DataFrame:
+    """The read as the stream left it at the read's place (`cdc_core.snapshot_window`): rows
+    deleted go, rows updated take the new values, rows moved to a new key move."""
+    marks: list[tuple[Key, str, dict[str, str | None]]] = [(k, "drop", {}) for k in newer.dropped]
+    marks += [(k, "update", v) for k, v in newer.newer.items() if k not in newer.dropped]
+    marks += [(source, "move", v) for source, v in newer.moved.values()]
+    key = read.primary_key
+    schema = T.StructType(
+        [T.StructField(f"__cdc_k{i}", T.StringType()) for i in range(len(key))]
+        + [T.StructField("__cdc_do", T.StringType()),
+           T.StructField("__cdc_values", T.MapType(T.StringType(), T.StringType()))]
+    )  # fmt: skip
+    data = [(*k, do, values) for k, do, values in marks]
+    plan = F.broadcast(spark.createDataFrame(data, schema))
+    on = [rows[f"`{c}`"] == plan[f"__cdc_k{i}"] for i, c in enumerate(key)]
+    joined = rows.join(plan, on, "left")  # a moved row also meets its own delete: both kept
+    kept = joined.where(F.col("__cdc_do").isNull() | F.col("__cdc_do").isin("update", "move"))
+    values = F.col("__cdc_values")
+    return kept.select(*[
+        F.when(F.map_contains_key(values, c), F.element_at(values, F.lit(c)))
+        .otherwise(F.col(f"`{c}`")).alias(c)
+        for c in read.columns
+    ])  # fmt: skip
+
+
+def _one(conn: psycopg.Connection[tuple[object, ...]], query: str) -> str:
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+def _appended_rows(spark: SparkSession, lake: Lake, metadata: dict[str, object]) -> int:
+    """Rows the group's commit wrote: 0 when Delta skipped it (made by an earlier run)."""
+    newest = DeltaTable.forPath(spark, lake.bronze).history(1).first()
+    if newest is None or not newest["userMetadata"]:
+        return 0
+    try:
+        mine = json.loads(newest["userMetadata"]) == metadata
+    except ValueError:
+        return 0
+    return int((newest["operationMetrics"] or {}).get("numOutputRows", 0)) if mine else 0
+
+
+def _envelopes(rows: DataFrame, read: GroupRead, view: ReadView) -> DataFrame:
+    """JDBC text rows -> bronze `op=r` events."""
+    now_us = time.time_ns() // 1000
+    after = F.to_json(
+        F.struct(*[F.col(f"`{c}`") for c in read.columns]), {"ignoreNullFields": "false"}
+    )
+    key: Column = F.lit(None).cast("string")
+    if read.primary_key:
+        key = F.to_json(
+            F.struct(*[F.col(f"`{k}`") for k in read.primary_key]), {"ignoreNullFields": "false"}
+        )
+    marker = "incremental" if read.kind == "incremental" else "true"
+    h = view.position.value
+    source = F.struct(
+        F.lit(__version__).alias("version"), F.lit("postgresql").alias("connector"),
+        F.lit(read.pipeline).alias("name"), F.lit(now_us // 1000).alias("ts_ms"),
+        F.lit(now_us).alias("ts_us"), F.lit(now_us * 1000).alias("ts_ns"),
+        F.lit(marker).alias("snapshot"), F.lit(read.database).alias("db"),
+        F.lit(f'["{h}",null]').alias("sequence"), F.lit(read.table.schema).alias("schema"),
+        F.lit(read.table.name).alias("table"), F.lit(None).cast("long").alias("txId"),
+        F.lit(h).alias("lsn"), F.lit(None).cast("long").alias("xmin"),
+    )  # fmt: skip
+    read_view = F.struct(
+        F.lit(view.xmin).cast("long").alias("xmin"), F.lit(view.xmax).cast("long").alias("xmax"),
+        F.array(*[F.lit(x).cast("long") for x in view.xip]).cast("array<bigint>").alias("xip"),
+    )  # fmt: skip
+    values = {
+        "op": F.lit("r"), "key": key, "before": F.lit(None).cast("string"), "after": after,
+        "unchanged": F.array().cast("array<string>"), "source": source,
+        "ts_ms": F.lit(now_us // 1000), "ts_us": F.lit(now_us), "ts_ns": F.lit(now_us * 1000),
+        "commit_lsn": F.lit(h), "seq": F.lit(-1).cast("long"),
+        "source_table": F.lit(read.table.qualified),
+        "staged_file": F.lit(f"snapshot:{read.job_id}:{read.group}"), "read_view": read_view,
+    }  # fmt: skip
+    return rows.select(
+        *[
+            (values[f.name] if f.name in values else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in BRONZE.fields
+        ]
+    )
+
+
+class Progress:
+    """Rows, chunks, rate and ETA: one updating line on a terminal, a log line now and then."""
+
+    def __init__(self, total_rows: int, total_chunks: int, *, every_s: float = 10.0) -> None:
+        self.total_rows, self.total_chunks = max(total_rows, 1), max(total_chunks, 1)
+        self.rows = self.chunks = 0
+        self.started = self.last = time.monotonic()
+        self.every_s = every_s
+        self.tty = sys.stderr.isatty()
+
+    def advance(self, rows: int, chunks: int) -> None:
+        self.rows += rows
+        self.chunks += chunks
+        now = time.monotonic()
+        if not self.tty and now - self.last < self.every_s and self.chunks < self.total_chunks:
+            return
+        self.last = now
+        rate = self.rows / max(now - self.started, 1e-6)
+        left = max(self.total_rows - self.rows, 0) / rate if rate else 0.0
+        done = min(self.rows / self.total_rows, 1.0)
+        bar = "#" * int(done * 30)
+        text = (
+            f"snapshot [{bar:<30}] {self.rows:,}/{self.total_rows:,} rows, {self.chunks}/"
+            f"{self.total_chunks} chunks, {rate:,.0f} rows/s, ETA {left:.0f} s"
+        )
+        if self.tty:
+            print(
+                "\r" + text,
+                end="" if self.chunks < self.total_chunks else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            log.info(text)
+
+
+def read_jobs(
+    spark: SparkSession, lake: Lake, dsn: Dsn, jobs: Sequence[SnapshotJob], *,
+    pipeline: str, max_threads: int, fetch_size: int, catch_up: CatchUp | None,
+) -> int:  # fmt: skip
+    """Read every pending group of `jobs` into bronze; returns the rows read. `catch_up`:
+    stages the stream past a read (None: the pipeline does not stream)."""
+    pending = [
+        (j, t) for j in jobs if not j.stopped for t in j.tables if t.last is None and not t.done
+    ]
+    if not pending:
+        return 0
+    total_rows = sum(t.plan.estimated_rows for _, t in pending)
+    total_chunks = sum(len(t.plan.chunks) for _, t in pending)
+    progress = Progress(total_rows, total_chunks)
+    with connect(dsn, values=True) as conn:
+        database = str(conn.info.dbname)
+    read = 0
+    for job, part in pending:
+        by_number = {c.number: c for c in part.plan.chunks}
+        groups = part.groups(max_threads)
+        for n in range(part.groups_done, len(groups)):
+            group = GroupRead(
+                job.id, job.kind, pipeline, database, part.table, part.plan,
+                tuple(by_number[c] for c in groups[n]), n, part.condition, part.select, fetch_size,
+            )  # fmt: skip
+            try:
+                view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up)
+            except TableGoneError:
+                log.warning(
+                    "snapshot %s: %s no longer exists; its snapshot ends", job.id, part.table
+                )
+                part.done = True
+                job.save(lake)
+                break
+            record_schema(lake, shape, view.position.value)  # silver types the rows by it
+            part.groups_done, part.rows = n + 1, part.rows + rows
+            part.first = view.before.value if part.first is None else part.first
+            if part.groups_done == len(groups):
+                part.last = view.position.value
+            job.save(lake)
+            log.info("snapshot %s: %s group %d of %d read (%d rows)",
+                     job.id, part.table, n + 1, len(groups), rows)  # fmt: skip
+            progress.advance(rows, len(groups[n]))
+            read += rows
+    return read

@@ -1,0 +1,150 @@
+"""DBLog's window, made exact: which rows of a snapshot read the stream has already overtaken.
+
+A read takes its MVCC snapshot between two WAL positions: `before` (the low watermark) and
+`position` (the high watermark, the read's place in the stream). A transaction the snapshot did
+not see committed after `before`; one that commits before `position` comes earlier in the
+stream than the read, so the read's row for a key it changed is stale there. Once the stream is
+staged past `position`, those transactions are known: a key one of them deleted is dropped from
+the read, a key they only updated gets their values on top of the read's (a value an update did
+not resend, an unchanged TOASTed one, stays the read's: the update did not change it), and a
+row they moved to a new key moves in the read too, keeping the values the move did not resend
+(the stream cannot know them: nothing but the read has them). Every other row stands,
+positioned after everything it saw.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cdc_core.bronze import staged_context
+from cdc_core.envelope import envelopes
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
+from cdc_core.stager import StagedFile, staged_files
+
+_XID_SPAN = 1 << 32
+_HALF = _XID_SPAN // 2
+
+Key = tuple[str | None, ...]
+
+
+def _precedes(a: int, b: int) -> bool:
+    """Transaction id `a` is older than `b` (32-bit, modulo 2^32, as PostgreSQL compares)."""
+    return (a - b + _HALF) % _XID_SPAN < _HALF
+
+
+@dataclass(frozen=True)
+class ReadView:
+    """What a snapshot read saw: its MVCC snapshot (32-bit xids) and the WAL positions around it."""
+
+    xmin: int
+    xmax: int
+    xip: tuple[int, ...]
+    position: Lsn  # after the snapshot: the read's place in the stream (high watermark)
+    before: Lsn  # before the snapshot: what it did not see committed after this (low watermark)
+
+    @classmethod
+    def parse(cls, snapshot: str, position: str, before: str) -> ReadView:
+        """From `pg_current_snapshot()::text` ('xmin:xmax:xip,...') and two LSNs."""
+        xmin, xmax, xip = snapshot.split(":")
+        running = tuple(int(x) % _XID_SPAN for x in xip.split(",") if x)
+        return cls(int(xmin) % _XID_SPAN, int(xmax) % _XID_SPAN, running, Lsn.parse(position),
+                   Lsn.parse(before))  # fmt: skip
+
+    def sees(self, xid: int) -> bool:
+        """Whether transaction `xid` had committed for this snapshot (`silver_batch.visible`)."""
+        xid %= _XID_SPAN
+        return _precedes(xid, self.xmin) or (_precedes(xid, self.xmax) and xid not in self.xip)
+
+
+Values = dict[str, str | None]
+
+
+@dataclass
+class Overtaken:
+    """Keys (primary-key values as text) the stream changed before the read, unseen by it."""
+
+    dropped: set[Key] = field(default_factory=set)  # the read's rows of these keys go
+    newer: dict[Key, Values] = field(default_factory=dict)  # the read's rows get these values
+    moved: dict[Key, tuple[Key, Values]] = field(default_factory=dict)
+    """New key -> (the read's key it came from, the values on top): rows the read gains."""
+    _leaving: tuple[Key, Values] | None = field(default=None, repr=False)  # a key change's row
+
+    def __bool__(self) -> bool:
+        return bool(self.dropped or self.newer or self.moved)
+
+    def apply(self, row: dict[str, Any]) -> None:
+        """Take one change (an envelope) the read did not see, in stream order."""
+        k = _key_of(row["key"])
+        if k is None:
+            return
+        sent = {}
+        if row["after"] is not None:
+            unsent = set(row["unchanged"] or ())
+            sent = {c: v for c, v in json.loads(row["after"]).items() if c not in unsent}
+        headers = dict(row["headers"] or ())  # an Arrow map: (key, value) pairs
+        if row["op"] == "d":
+            carried = self.moved.pop(k, None) or (k, self.newer.pop(k, {}))
+            self.dropped.add(k)
+            self._leaving = carried if "__debezium.newkey" in headers else None
+        elif row["op"] == "c" and "__debezium.oldkey" in headers and self._leaving is not None:
+            source, values = self._leaving
+            self.moved[k] = (source, {**values, **sent})
+            self._leaving = None
+        elif row["op"] == "u":
+            if k in self.moved:
+                self.moved[k][1].update(sent)
+            elif k not in self.dropped:
+                self.newer.setdefault(k, {}).update(sent)
+
+
+def overtaken(lake: Lake, table: TableName, key: Sequence[str], view: ReadView) -> Overtaken:
+    """What the staged stream says about `table` inside `view`'s window (see the module)."""
+    out = Overtaken()
+    if not key:
+        return out  # no key to match rows by: silver orders a keyless read by visibility
+    for staged in staged_files(lake.changes):
+        if staged.end <= view.before or staged.start >= view.position:
+            continue
+        for row in _window_changes(lake, staged, table, view):
+            txid = row["source"]["txId"]
+            if txid is not None and not view.sees(int(txid)):
+                out.apply(row)
+    return out
+
+
+def _window_changes(
+    lake: Lake, staged: StagedFile, table: TableName, view: ReadView
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Envelopes of `table`'s changes committed inside the window, in stream order."""
+    ctx = staged_context(lake, staged)
+    oids = sorted({oid for (oid, _), rel in ctx.relations.items()
+                   if (rel.schema, rel.table) == (table.schema, table.name)})  # fmt: skip
+    if not oids:
+        return []
+    window = [
+        ("commit_lsn", ">=", view.before.value),
+        ("commit_lsn", "<", view.position.value),
+        ("relation_oid", "in", oids),
+    ]
+    rows = pq.read_table(lake.changes / str(staged), filters=window)
+    if not rows.num_rows:
+        return []
+    rows = rows.append_column("_file", pa.array([str(staged)] * rows.num_rows, pa.string()))
+    out: list[dict[str, Any]] = []
+    for batch in rows.to_batches():
+        out += envelopes(batch, {str(staged): ctx}).to_pylist()
+    out.sort(key=lambda r: (r["commit_lsn"], r["seq"]))
+    return out
+
+
+def _key_of(key_json: str | None) -> Key | None:
+    """An event's key (JSON of the primary key's columns, in key order) as a tuple."""
+    return None if key_json is None else tuple(json.loads(key_json).values())

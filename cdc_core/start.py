@@ -1,0 +1,209 @@
+"""What a run starts with: snapshot.mode's decision, the source set up, and new snapshot jobs.
+
+Before any data moves, a run works out where it stands (a stored stream position? an
+unfinished snapshot? does the slot still have the position?), lets `snapshot.mode` decide,
+prepares the publication and slot (a new slot when the old position is gone and the mode
+allows it), and turns the initial snapshot, newly configured tables, Debezium signals and
+`cdc snapshot` requests into snapshot jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from cdc_core.config import Config
+from cdc_core.errors import TerminalError
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
+from cdc_core.pg.connect import connect
+from cdc_core.pg.slot import ensure_publication, ensure_slot, slot_state
+from cdc_core.signals import SignalProblem, SnapshotRequest, StopRequest, parse_signal, read_signals
+from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job
+from cdc_core.snapshot_modes import Decision, StartState, decide
+from cdc_core.state import (
+    known_tables_file,
+    read_json,
+    record_confirmed,
+    signals_file,
+    stream_file,
+    write_json,
+)
+
+log = logging.getLogger("cdc_core.start")
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """The decision and the snapshot jobs a run goes on with."""
+
+    decision: Decision
+    jobs: tuple[SnapshotJob, ...]  # unfinished jobs, oldest first
+
+
+def requests_dir(lake: Lake) -> Path:
+    return lake.state / "requests"
+
+
+def start(config: Config, lake: Lake) -> RunStart:
+    """Decide, set the source up, plan jobs; raises TerminalError when the run cannot go on."""
+    source = config.pipeline.source
+    jobs = load_jobs(lake)
+    with connect(source.dsn, values=True) as conn:
+        state = _start_state(conn, config, lake, jobs)
+        decision = decide(config.pipeline.snapshot.mode, state)
+        if decision.fail:
+            raise TerminalError(f"pipeline {config.pipeline.name}: {decision.fail}")
+        slot = None
+        if decision.stream or decision.new_slot:
+            ensure_publication(
+                conn, source.publication, source.tables, source.publication_autocreate_mode
+            )
+            if decision.new_slot:
+                _new_slot(conn, config, lake)
+            slot = ensure_slot(conn, source.slot)
+        jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)
+        if slot is not None and read_json(stream_file(lake)) is None:  # after planning: a run
+            record_confirmed(lake, source.slot, slot.confirmed_flush)  # that dies first starts over
+    return RunStart(decision, tuple(j for j in jobs if not j.finished))
+
+
+def _start_state(conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]) -> StartState:
+    stored = read_json(stream_file(lake))
+    initial = [j for j in jobs if j.kind == "initial"]
+    slot = slot_state(conn, config.pipeline.source.slot)
+    available = slot is not None and slot.wal_status != "lost"
+    if available and stored is not None:  # a slot ahead of what we confirmed was recreated
+        assert slot is not None
+        available = stored.get("slot") == slot.name and slot.confirmed_flush <= Lsn.parse(
+            str(stored["confirmed"])
+        )
+    return StartState(
+        stored_position=stored is not None or any(j.finished for j in initial),
+        snapshot_unfinished=any(not j.finished for j in initial),
+        position_available=available,
+    )
+
+
+def _new_slot(conn: Conn, config: Config, lake: Lake) -> None:
+    slot = config.pipeline.source.slot
+    log.warning("slot %s lost the stored position: starting a new slot and a new snapshot", slot)
+    if slot_state(conn, slot) is not None:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    stream_file(lake).unlink(missing_ok=True)
+
+
+def _plan(
+    conn: Conn, config: Config, lake: Lake, decision: Decision, *, state: StartState,
+    jobs: list[SnapshotJob],
+) -> list[SnapshotJob]:  # fmt: skip
+    settings = config.pipeline.snapshot
+    tables = list(config.pipeline.source.tables)
+    if decision.new_slot:  # what unfinished jobs read is older than the gap: a new snapshot
+        for job in jobs:
+            if not job.finished:
+                job.stopped = True
+                job.save(lake)
+    unfinished_initial = any(j.kind == "initial" and not j.finished for j in jobs)
+    if decision.snapshot and not unfinished_initial:
+        origin = f"snapshot.mode {settings.mode}"
+        jobs.append(
+            _save(lake, plan_job(conn, "initial", origin, tables, chunk_size=settings.chunk_size))
+        )
+    known = set(read_json(known_tables_file(lake)) or [])
+    new = [t for t in tables if str(t) not in known]
+    if new and state.stored_position and decision.stream and settings.mode != "no_data":
+        job = plan_job(conn, "incremental", "new tables", new, chunk_size=settings.chunk_size)
+        jobs.append(_save(lake, job))
+    write_json(known_tables_file(lake), sorted(str(t) for t in tables))
+    if decision.stream:  # signals arrive through the stream's source, as in Debezium
+        jobs += _from_signals(conn, config, lake, jobs)
+    jobs += _from_requests(conn, config, lake)
+    return jobs
+
+
+def _save(lake: Lake, job: SnapshotJob) -> SnapshotJob:
+    job.save(lake)
+    log.info(
+        "snapshot %s planned: %s",
+        job.id,
+        ", ".join(f"{t.table} ({len(t.plan.chunks)} chunks)" for t in job.tables),
+    )
+    return job
+
+
+def _from_signals(
+    conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
+) -> list[SnapshotJob]:
+    table = config.pipeline.snapshot.signal_data_collection
+    if table is None:
+        return []
+    processed: list[str] = read_json(signals_file(lake)) or []
+    planned: list[SnapshotJob] = []
+    for signal_id, type_, data in read_signals(conn, table, processed):
+        signal = parse_signal(signal_id, type_, data, list(config.pipeline.source.tables))
+        if isinstance(signal, SnapshotRequest):
+            problems = [
+                problem for t, c in signal.conditions.items()
+                if (problem := condition_problem(conn, t, c, select=signal.kind == "blocking"))
+            ]  # fmt: skip
+            if problems:
+                signal = SignalProblem(signal_id, "; ".join(problems))
+        if isinstance(signal, SnapshotRequest):
+            job = plan_job(
+                conn, signal.kind, f"signal {signal_id}", signal.tables,
+                chunk_size=config.pipeline.snapshot.chunk_size,
+                conditions=dict(signal.conditions), surrogate_key=signal.surrogate_key,
+            )  # fmt: skip
+            planned.append(_save(lake, job))
+        elif isinstance(signal, StopRequest):
+            _stop(lake, jobs + planned, signal)
+        elif isinstance(signal, SignalProblem):
+            log.warning("signal %s not carried out: %s", signal.signal_id, signal.reason)
+        processed.append(signal_id)
+        write_json(signals_file(lake), processed)
+    return planned
+
+
+def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest) -> None:
+    for job in jobs:
+        if job.kind != "incremental" or job.finished:
+            continue
+        if signal.tables is None:
+            job.stopped = True
+        else:
+            for part in job.tables:
+                if part.table in signal.tables:
+                    part.done = True
+        job.save(lake)
+        log.info("snapshot %s stopped by signal %s", job.id, signal.signal_id)
+
+
+def request_snapshot(lake: Lake, table: TableName, where: str | None, blocking: bool) -> Path:
+    """Queue a snapshot of `table` for the pipeline's next run (`cdc snapshot`)."""
+    import time
+
+    path = requests_dir(lake) / f"{time.time_ns()}.json"
+    write_json(path, {"table": str(table), "where": where, "blocking": blocking})
+    return path
+
+
+def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
+    folder = requests_dir(lake)
+    planned = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        request = read_json(path)
+        table = TableName.parse(str(request["table"]))
+        kind = "blocking" if request.get("blocking") else "incremental"
+        conditions = {table: str(request["where"])} if request.get("where") else None
+        job = plan_job(conn, kind, "cdc snapshot", [table], conditions=conditions,  # type: ignore[arg-type]
+                       chunk_size=config.pipeline.snapshot.chunk_size)  # fmt: skip
+        planned.append(_save(lake, job))
+        path.unlink()
+    return planned

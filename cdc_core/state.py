@@ -1,0 +1,59 @@
+"""Durable progress outside the Delta tables: small JSON documents under `_state/`, atomically.
+
+What a stage records in its own Delta commit (bronze and silver watermarks) lives there; what
+is the pipeline's as a whole lives here: the stream position it last confirmed, snapshot jobs
+and their progress, the tables it knows, the signals it has carried out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cdc_core.errors import TerminalError
+from cdc_core.lake import Lake
+
+
+def read_json(path: Path) -> Any:
+    """The document at `path`, or None when there is none."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise TerminalError(f"{path} is not valid JSON ({e}): restore it or remove it") from e
+
+
+def write_json(path: Path, data: object) -> None:
+    """Replace the document at `path` in one step: a reader sees the old one or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def stream_file(lake: Lake) -> Path:
+    """Where the stream position the pipeline last confirmed is kept."""
+    return lake.state / "stream.json"
+
+
+def record_confirmed(lake: Lake, slot: str, position: object) -> None:
+    """Record the position about to be confirmed to `slot` (before confirming it)."""
+    write_json(stream_file(lake), {"slot": slot, "confirmed": str(position)})
+
+
+def known_tables_file(lake: Lake) -> Path:
+    return lake.state / "tables.json"
+
+
+def signals_file(lake: Lake) -> Path:
+    return lake.state / "signals.json"
+
+
+def snapshots_dir(lake: Lake) -> Path:
+    return lake.state / "snapshots"

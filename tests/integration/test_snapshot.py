@@ -1,0 +1,438 @@
+"""Snapshots end to end: initial, incremental (signal, `cdc snapshot`), resumed after a kill,
+a lost position re-snapshotted, keys of every kind; the mirror equals the source every time.
+
+Workloads run while snapshots read, so the reads and the stream really interleave; each test
+checks that they did (stream changes committed inside the snapshot's read window).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.identifiers import TableName
+from cdc_core.pg.connect import VALUE_SETTINGS
+from cdc_core.sample.shop import create_schema, load_shop
+from cdc_core.sample.workload import WorkloadSpec, WorkloadStats, run_workload
+from cdc_core.signals import signal_table_ddl
+from cdc_core.snapshot import SnapshotJob, load_jobs
+from tests.integration.conftest import PgServer
+from tests.integration.harness import ROOT, Pipeline, make_pipeline
+from tests.integration.mirror import assert_mirror_equals_source
+
+SHOP = [TableName("public", t) for t in ("customers", "orders", "order_items")]
+SIGNALS = TableName("public", "cdc_signal")
+
+
+def ingest(p: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+    run = p.ingest(*args)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run
+
+
+def assert_shop_equal(spark: SparkSession, p: Pipeline) -> dict[str, int]:
+    return {t.name: assert_mirror_equals_source(spark, p.lake, p.dsn, t) for t in SHOP}
+
+
+@contextmanager
+def workload(dsn: str, *, rate: float = 150, seed: int = 3) -> Iterator[list[WorkloadStats]]:
+    """Traffic on the shop for as long as the block runs; the stats once it is over."""
+    stop = threading.Event()
+    out: list[WorkloadStats] = []
+    spec = WorkloadSpec(changes=None, duration_s=3600, rate=rate, concurrency=3, seed=seed)
+    thread = threading.Thread(target=lambda: out.append(run_workload(dsn, spec, stop=stop)))
+    thread.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert out, "the workload thread failed"
+
+
+def only_job(p: Pipeline) -> SnapshotJob:
+    jobs = load_jobs(p.lake)
+    assert len(jobs) == 1, [j.id for j in jobs]
+    return jobs[0]
+
+
+def stream_changes_inside(spark: SparkSession, p: Pipeline, job: SnapshotJob) -> int:
+    """Stream changes committed while the job was reading (between its first and last read)."""
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    total = 0
+    for part in job.tables:
+        assert part.first is not None
+        assert part.last is not None
+        total += bronze.where(
+            (F.col("source_table") == part.table.qualified) & (F.col("op") != "r")
+            & F.col("commit_lsn").between(part.first, part.last)
+        ).count()  # fmt: skip
+    return total
+
+
+def assert_bronze_replays_to_source(spark: SparkSession, p: Pipeline, table: TableName) -> None:
+    """A Debezium consumer's view: bronze's events of `table` applied in order (the last event
+    of a key wins, a delete removes it, an unsent TOASTed value keeps the one before) give
+    the source's rows, value for value. Snapshot reads included: DBLog's guarantee."""
+    rows = (
+        spark.read.format("delta").load(p.lake.bronze)
+        .where((F.col("source_table") == table.qualified) & F.col("op").isin("r", "c", "u", "d"))
+        .orderBy("commit_lsn", "seq")
+        .select("op", "key", "after", "unchanged", "headers").collect()
+    )  # fmt: skip
+    state: dict[str, dict[str, object]] = {}
+    gone: dict[str, dict[str, object]] = {}
+    for r in rows:
+        if r["op"] == "d":
+            gone[r["key"]] = state.pop(r["key"], {})
+            continue
+        values = json.loads(r["after"])
+        earlier = state.get(r["key"]) or gone.get((r["headers"] or {}).get("__debezium.oldkey"), {})
+        for name in r["unchanged"] or ():
+            values[name] = earlier.get(name, "<unknown>")
+        state[r["key"]] = values
+    with psycopg.connect(p.dsn) as conn:
+        for name, value in VALUE_SETTINGS.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        columns = [c for c, in conn.execute(
+            "SELECT attname::text FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum", (table.qualified,))]  # fmt: skip
+        texts = ", ".join(
+            f"CASE WHEN {c}::text IS NULL THEN NULL ELSE format('%s', {c}) END" for c in columns
+        )
+        source = [dict(zip(columns, row, strict=True))
+                  for row in conn.execute(f"SELECT {texts} FROM {table.qualified}")]  # fmt: skip
+    replayed = sorted(json.dumps(v, sort_keys=True) for v in state.values())
+    expected = sorted(json.dumps(v, sort_keys=True) for v in source)
+    assert len(replayed) == len(expected), (
+        f"{table}: {len(replayed)} rows replayed, {len(expected)} in the source"
+    )
+    diff = set(replayed) ^ set(expected)
+    assert not diff, f"{table}: bronze replays to other rows than the source: {sorted(diff)[:2]}"
+
+
+def test_initial_snapshot_under_workload_equals_source(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    loaded = load_shop(dsn, customers=400)
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="initial",
+                      snapshot_extra="chunk.size: 150\nmax.threads: 2\n")  # fmt: skip
+    with workload(dsn) as stats:
+        first = ingest(p)
+    assert stats[0].rows_changed_committed > 0
+    job = only_job(p)
+    assert job.kind == "initial", job.to_json()
+    assert job.finished, job.to_json()
+    assert {t.table for t in job.tables} == set(SHOP)
+    assert all(len(t.plan.chunks) > 2 for t in job.tables)  # chunked, several groups
+    assert "snapshot: " in first.stdout
+    assert stream_changes_inside(spark, p, job) > 0, "the workload did not overlap the reads"
+
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    reads = bronze.where(F.col("op") == "r")
+    assert reads.count() == sum(t.rows for t in job.tables)
+    assert reads.where(F.col("source.snapshot") != "true").count() == 0
+    per_key = reads.groupBy("source_table", "key").count().where("count > 1").count()
+    assert per_key == 0, "a row was read twice"
+    assert job.tables[0].rows >= loaded.customers
+
+    ingest(p)  # the changes made after the first run's end
+    assert_shop_equal(spark, p)
+    for t in SHOP:
+        assert_bronze_replays_to_source(spark, p, t)
+    assert len(load_jobs(p.lake)) == 1, "a finished initial snapshot is not taken again"
+
+
+def test_killed_snapshot_rereads_at_most_the_group_in_flight(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=500)
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="initial",
+                      snapshot_extra="chunk.size: 150\nmax.threads: 2\n")  # fmt: skip
+    proc = p.start_ingest()
+    try:
+        _wait_for_groups(p, proc, at_least=4)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    persisted = {t.table.qualified: t.groups_done for t in only_job(p).tables}
+    total = {t.table.qualified: len(t.groups(2)) for t in only_job(p).tables}
+    committed = _committed_groups(spark, p)
+    assert sum(persisted.values()) < sum(total.values()), "killed too late: nothing left to read"
+    lost = sum(len(committed.get(t, set())) - n for t, n in persisted.items())
+    assert 0 <= lost <= 1, (committed, persisted)  # at most the group in flight
+
+    with workload(dsn, seed=11):
+        rerun = ingest(p)
+    reads = re.findall(r"snapshot \S+: (\S+) group (\d+) of \d+ read", rerun.stderr)
+    expected = sum(total[t] - persisted[t] for t in total)
+    assert len(reads) == expected, (reads, persisted, total)
+    assert all(int(n) > persisted[t.replace('"', "")] for t, n in reads)
+
+    ingest(p)
+    assert_shop_equal(spark, p)
+    reads_df = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
+    assert reads_df.groupBy("source_table", "key").count().where("count > 1").count() == 0
+
+
+def _wait_for_groups(p: Pipeline, proc: subprocess.Popen[str], *, at_least: int) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"ingest ended before the kill: {proc.communicate()[1][-3000:]}"
+        jobs = load_jobs(p.lake)
+        if jobs and sum(t.groups_done for t in jobs[0].tables) >= at_least:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the snapshot did not progress")
+
+
+def _committed_groups(spark: SparkSession, p: Pipeline) -> dict[str, set[int]]:
+    """Snapshot groups bronze's history says were appended, per table."""
+    out: dict[str, set[int]] = {}
+    history = DeltaTable.forPath(spark, p.lake.bronze).history().select("userMetadata").collect()
+    for row in history:
+        meta = json.loads(row["userMetadata"]) if row["userMetadata"] else {}
+        if "snapshot" in meta:
+            out.setdefault(meta["table"], set()).add(int(meta["group"]))
+    return out
+
+
+KEYED = {
+    "t_text": "code text PRIMARY KEY, v int",
+    "t_uuid": "id uuid PRIMARY KEY, v text",
+    "t_comp": "a int, b text, v numeric(10,2), PRIMARY KEY (a, b)",
+    "t_keyless": "x int, y text",
+}
+
+
+def test_text_uuid_composite_and_keyless_tables_snapshot_exactly(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, columns in KEYED.items():
+            conn.execute(f"CREATE TABLE {name} ({columns})")
+        conn.execute("ALTER TABLE t_keyless REPLICA IDENTITY FULL")
+        conn.execute(
+            "INSERT INTO t_text SELECT chr(65 + i % 26) || ' ''q\"' || i || 'é', i "
+            "FROM generate_series(1, 1000) i"
+        )
+        conn.execute(
+            "INSERT INTO t_uuid SELECT md5(i::text)::uuid, repeat('x', i % 7) "
+            "FROM generate_series(1, 1000) i"
+        )
+        conn.execute(
+            "INSERT INTO t_comp SELECT i % 37, 'b' || (i / 37), i * 1.5 FROM generate_series(1, 1000) i"
+        )
+        conn.execute("INSERT INTO t_keyless SELECT i % 50, 'dup' FROM generate_series(1, 1000) i")
+    tables = [TableName("public", n) for n in KEYED]
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in tables], snapshot="initial",
+                      snapshot_extra="chunk.size: 97\nmax.threads: 3\n")  # fmt: skip
+    ingest(p)
+    job = only_job(p)
+    assert job.finished
+    plans = {t.table.name: t.plan for t in job.tables}
+    assert plans["t_comp"].key == ("a", "b")
+    assert len(plans["t_comp"].chunks) > 5
+    assert plans["t_text"].key == ("code",)
+    assert len(plans["t_text"].chunks) > 5
+    assert plans["t_keyless"].key == ()  # block ranges, all read under one snapshot
+    for t in tables:
+        assert assert_mirror_equals_source(spark, p.lake, dsn, t) == 1000
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE t_text SET v = -v WHERE v % 3 = 0")
+        conn.execute("DELETE FROM t_uuid WHERE v = ''")
+        conn.execute("UPDATE t_comp SET b = b || '!' WHERE a = 5")
+        conn.execute(
+            "DELETE FROM t_keyless WHERE ctid IN (SELECT ctid FROM t_keyless WHERE x = 7 LIMIT 3)"
+        )
+        conn.execute("INSERT INTO t_keyless VALUES (7, 'dup'), (1000, NULL)")
+    ingest(p)
+    for t in tables:
+        assert_mirror_equals_source(spark, p.lake, dsn, t)
+
+
+def test_incremental_snapshot_by_signal_under_workload(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=300)  # before the slot: only a snapshot brings these rows
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(signal_table_ddl(SIGNALS))
+    p = make_pipeline(
+        tmp_path, dsn, [t.qualified for t in SHOP], snapshot="no_data",
+        snapshot_extra=f"chunk.size: 250\nmax.threads: 2\nsignal.data.collection: {SIGNALS}\n",
+    )  # fmt: skip
+    ingest(p, "--capture-only")
+    with workload(dsn, seed=5) as stats:
+        time.sleep(1)  # silver has stream changes of rows it never saw inserted
+        ingest(p)
+        collections = json.dumps({"data-collections": [t.qualified for t in SHOP]})
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                f"INSERT INTO {SIGNALS} VALUES ('snap-1', 'execute-snapshot', %s)", (collections,)
+            )
+        ingest(p)
+    assert stats[0].deletes > 0
+    assert stats[0].updates > 0
+    job = only_job(p)
+    assert job.kind == "incremental"
+    assert job.origin == "signal snap-1"
+    assert job.finished
+    assert stream_changes_inside(spark, p, job) > 0, "the workload did not overlap the reads"
+    reads = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
+    assert {r[0] for r in reads.select("source.snapshot").distinct().collect()} == {"incremental"}
+
+    ingest(p)
+    assert_shop_equal(spark, p)
+    for t in SHOP:  # rows deleted or updated inside a read's window were dropped or updated
+        assert_bronze_replays_to_source(spark, p, t)
+    assert len(load_jobs(p.lake)) == 1, "a processed signal is not carried out twice"
+
+
+def test_lost_position_fails_initial_and_when_needed_resnapshots(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=150)
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="initial")
+    ingest(p)
+    assert_shop_equal(spark, p)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (p.slot,))
+        conn.execute("DELETE FROM orders WHERE id % 4 = 0")  # missed: there is no slot
+        conn.execute("UPDATE customers SET full_name = full_name || ' (moved)' WHERE id % 3 = 0")
+    failed = p.ingest()
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    assert "no longer has the stored position" in failed.stderr
+    assert "when_needed" in failed.stderr
+
+    p.edit("mode: initial", "mode: when_needed")
+    ingest(p)
+    jobs = load_jobs(p.lake)
+    assert len(jobs) == 2
+    assert all(j.finished for j in jobs)
+    assert_shop_equal(spark, p)  # the deleted orders are swept, the renamed customers read
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM customers WHERE id < 20")
+    ingest(p)  # the new slot streams on
+    assert_shop_equal(spark, p)
+
+
+def test_snapshot_command_reads_a_filtered_table(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=100)
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="no_data")
+    ingest(p, "--capture-only")
+
+    def cdc(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cdc_core.cli", "snapshot", "--pipeline", "p", *args],
+            env=p.env() | {"PYTHONPATH": str(ROOT)}, cwd=p.home, capture_output=True, text=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+
+    unknown = cdc("--table", "public.nope")
+    assert unknown.returncode == 2
+    assert "does not capture public.nope" in unknown.stderr
+    bad = cdc("--table", "public.orders", "--where", "totl > 100")
+    assert bad.returncode == 2, bad.stderr
+    assert 'column "totl" does not exist' in bad.stderr
+    good = cdc("--table", "public.orders", "--where", "id % 3 = 0")
+    assert good.returncode == 0, good.stderr
+    ingest(p)
+    job = only_job(p)
+    assert job.origin == "cdc snapshot"
+    assert job.finished
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM orders WHERE id % 3 = 0").fetchone()
+    assert row is not None
+    assert 0 < row[0] < 300
+    silver = spark.read.format("delta").load(p.lake.silver(SHOP[1]))
+    assert silver.count() == row[0]
+    assert silver.where("id % 3 <> 0").count() == 0
+
+
+def test_initial_only_snapshots_without_a_slot(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=120)
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="initial_only")
+    out = ingest(p).stdout
+    assert "stream: not read" in out
+    assert_shop_equal(spark, p)
+    with psycopg.connect(dsn) as conn:
+        slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                             (p.slot,)).fetchone()  # fmt: skip
+    assert slots == (0,)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM orders")
+    ingest(p)  # done already: neither a snapshot nor a stream
+    assert spark.read.format("delta").load(p.lake.silver(SHOP[1])).count() == 360
+
+
+def test_new_table_and_blocking_signal_read_only_what_they_name(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=120)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(signal_table_ddl(SIGNALS))
+    p = make_pipeline(tmp_path, dsn, ["public.customers"], snapshot="initial",
+                      snapshot_extra=f"signal.data.collection: {SIGNALS}\n")  # fmt: skip
+    ingest(p)
+    p.edit("tables: ['public.customers']", "tables: ['public.customers', 'public.orders']")
+    blocking = json.dumps({
+        "type": "blocking", "data-collections": ["public.customers"],
+        "additional-conditions": [{"data-collection": "public.customers",
+                                   "filter": "SELECT * FROM public.customers WHERE id <= 50"}],
+    })  # fmt: skip
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {SIGNALS} VALUES ('b-1', 'execute-snapshot', %s)", (blocking,))
+        conn.execute("UPDATE customers SET tier = 'gold' WHERE id % 5 = 0")
+    ingest(p)
+    jobs = {j.origin: j for j in load_jobs(p.lake)}
+    assert set(jobs) == {"snapshot.mode initial", "new tables", "signal b-1"}
+    assert [t.table.name for t in jobs["new tables"].tables] == ["orders"]
+    assert jobs["signal b-1"].kind == "blocking"
+    assert all(j.finished for j in jobs.values())
+    reads = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
+    by_job: dict[tuple[str, str], int] = {}  # staged_file of a read: snapshot:<job>:<group>
+    for r in reads.groupBy("staged_file", "source_table").count().collect():
+        key = (r["staged_file"].split(":")[1], r["source_table"])
+        by_job[key] = by_job.get(key, 0) + r["count"]
+    assert by_job[(jobs["signal b-1"].id, "public.customers")] == 50
+    assert by_job[(jobs["new tables"].id, "public.orders")] == 360
+    assert (jobs["new tables"].id, "public.customers") not in by_job  # not read again
+    blocking_reads = reads.where(
+        F.col("staged_file").startswith(f"snapshot:{jobs['signal b-1'].id}")
+    )
+    assert {r[0] for r in blocking_reads.select("source.snapshot").distinct().collect()} == {"true"}
+    for t in SHOP[:2]:
+        assert_mirror_equals_source(spark, p.lake, dsn, t)

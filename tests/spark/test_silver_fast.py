@@ -1,0 +1,110 @@
+"""The JVM fast path types every value exactly as the Python converter does, or leaves it to it."""
+
+from __future__ import annotations
+
+import math
+import struct
+from decimal import Decimal
+
+import pytest
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from cdc_core.pgtypes import ColumnType, TypeModes, Unrepresentable, converter
+from cdc_core.silver_fast import fast_value
+
+PRECISE = TypeModes()
+
+
+def numeric(p: int, s: int) -> ColumnType:
+    return ColumnType("numeric", "b", ((p << 16) | (s & 0x7FF)) + 4, False)
+
+
+CASES: list[tuple[ColumnType, TypeModes, list[str], int]] = [  # type, modes, texts, fast ones
+    (ColumnType("int2", "b", -1, False), PRECISE, ["0", "-32768", "32767", "12"], 4),
+    (ColumnType("int4", "b", -1, False), PRECISE, ["-2147483648", "2147483647", "7"], 3),
+    (ColumnType("int8", "b", -1, False), PRECISE,
+     ["-9223372036854775808", "9223372036854775807", "0"], 3),
+    (ColumnType("oid", "b", -1, False), PRECISE, ["4294967295", "1"], 2),
+    (ColumnType("bool", "b", -1, False), PRECISE, ["t", "f", "true"], 2),
+    (ColumnType("float8", "b", -1, False), PRECISE,
+     ["0", "-0", "1.5", "0.1", "1e+100", "-1.2345678901234567e-300", "4.9406564584124654e-324",
+      "1.7976931348623157e+308", "Infinity", "-Infinity", "NaN", "123456789012345680000"], 12),
+    (numeric(12, 2), PRECISE,
+     ["0.00", "-1.50", "9999999999.99", "123.45", "NaN", "Infinity", "-Infinity"], 4),
+    (numeric(5, 0), PRECISE, ["0", "-99999", "12345"], 3),
+    (numeric(3, -2), PRECISE, ["12300", "-99900", "0"], 3),
+    (numeric(2, 4), PRECISE, ["0.0012", "-0.0099"], 2),
+    (numeric(38, 10), PRECISE, ["1234567890123456789012345678.0123456789", "0.0000000001"], 2),
+    (numeric(12, 2), TypeModes(decimal="double"), ["123.45", "NaN", "-0.10"], 3),
+    (ColumnType("date", "b", -1, False), PRECISE,
+     ["2017-09-15", "0001-01-01", "9999-12-31", "1970-01-01", "infinity", "-infinity",
+      "0044-03-15 BC", "10000-01-01"], 4),
+    (ColumnType("timestamp", "b", -1, False), PRECISE,
+     ["2018-06-20 15:13:16.945104", "2018-06-20 15:13:16", "0001-01-01 00:00:00",
+      "9999-12-31 23:59:59.999999", "1999-01-08 04:05:06.5", "infinity", "0044-03-15 12:00:00 BC",
+      "10000-01-01 00:00:00"], 5),
+    (ColumnType("timestamptz", "b", -1, False), PRECISE,
+     ["2021-06-05 07:23:45.5+00", "2021-06-05 07:23:45+00", "0001-01-01 00:00:00+00",
+      "9999-12-31 23:59:59.999999+00", "1970-01-01 00:00:00.000001+00", "-infinity",
+      "2021-06-05 07:23:45.5+05:30", "0044-03-15 12:00:00+00 BC"], 5),
+    (ColumnType("text", "b", -1, False), PRECISE, ["", "a b", "ü\\x00'\""], 3),
+    (ColumnType("bpchar", "b", 7, False), PRECISE, ["ab ", "EUR"], 2),
+    (ColumnType("uuid", "b", -1, False), PRECISE, ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"], 1),
+    (ColumnType("jsonb", "b", -1, False), PRECISE, ['{"a": [1, 2.50]}'], 1),
+    (ColumnType("order_status", "e", -1, False), PRECISE, ["paid"], 1),
+    (ColumnType("int4", "b", -1, True), PRECISE, ["{1,2}"], 0),
+    (ColumnType("float4", "b", -1, False), PRECISE, ["1.5"], 0),
+    (ColumnType("interval", "b", -1, False), PRECISE, ["P1D"], 1),  # kept as text
+    (ColumnType("interval", "b", -1, False), TypeModes(interval="numeric"), ["P1D"], 0),
+]  # fmt: skip
+
+
+def canonical(value: Column, t: T.DataType) -> Column:
+    if isinstance(t, T.DateType):
+        return F.unix_date(value)
+    if isinstance(t, (T.TimestampType,)):
+        return F.unix_micros(value)
+    if isinstance(t, T.TimestampNTZType):
+        return F.unix_micros(value.cast("timestamp"))
+    return value
+
+
+def same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return struct.pack(">d", a) == struct.pack(">d", b) or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, Decimal) and isinstance(b, Decimal):
+        return a == b  # the column's scale is fixed: equal values are equal in it
+    return a == b and type(a) is type(b)
+
+
+@pytest.mark.parametrize(
+    ("t", "modes", "texts", "fast"), CASES, ids=lambda c: getattr(c, "name", "")
+)
+def test_fast_values_equal_the_converters(
+    spark: SparkSession, t: ColumnType, modes: TypeModes, texts: list[str], fast: int
+) -> None:
+    expression = fast_value(t, modes, F.col("text"))
+    if expression is None:
+        assert fast == 0
+        return
+    df = spark.createDataFrame([(x,) for x in texts], "text string").select(
+        "text", expression.alias("v")
+    )
+    typed = df.schema["v"].dataType
+    rows = df.select("text", canonical(F.col("v"), typed).alias("v")).collect()
+    convert = converter(t, modes)
+    taken = 0
+    for row in rows:
+        if row["v"] is None:
+            continue  # left to the converter
+        taken += 1
+        try:
+            expected = convert(row["text"])
+        except Unrepresentable:
+            raise AssertionError(
+                f"{t.name}: {row['text']!r} is unrepresentable, but fast-typed"
+            ) from None
+        assert same(row["v"], expected), (t.name, row["text"], row["v"], expected)
+    assert taken == fast, f"{t.name}: {taken} of {len(texts)} texts fast-typed, {fast} expected"
