@@ -1,6 +1,6 @@
 """Benchmark: an initial snapshot into bronze and silver, against a plain JDBC -> Delta copy.
 
-    python benchmarks/snapshot.py [--rows 5000000] [--keep]
+    python benchmarks/snapshot.py [--rows 5000000] [--chunk-size 100000] [--threads 4]
 
 A throwaway PostgreSQL gets an orders-like table of `rows` rows (7 columns: bigint key,
 bigint, text, numeric(12,2), char(3), timestamptz, text). In the same run, on the same data:

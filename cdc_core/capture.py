@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from cdc_core.config import Config
 from cdc_core.errors import TransientError
 from cdc_core.events import ChangeChunk
+from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg import catalog
@@ -144,10 +145,17 @@ def _capture_until(
     with connect(source.dsn) as catalog_conn:
         assembler = Assembler(
             source.tables,
-            lambda rel, types: catalog.describe_relation(catalog_conn, rel, types),
+            lambda rel, types: catalog.describe_relation(catalog_conn, rel, types).keyed(
+                source.message_key_columns.for_table(
+                    TableName(rel.namespace or "pg_catalog", rel.name)
+                )
+            ),
             skip_before=stager.published_end,
             stop_at=end,
             budget=Budget(settings.chunk_changes, settings.chunk_bytes),
+            skipped=source.skipped_operations.codes,
+            keep_message=source.keeps_message,
+            columns=source.column_rules(),
         )
         reader.open(stager.durable_end())
         try:

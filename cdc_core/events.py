@@ -7,6 +7,7 @@ transaction are contiguous and transactions arrive in commit order.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -54,6 +55,10 @@ class RelationDescriptor:
     replica_identity: ReplicaIdentity
     columns: tuple[ColumnDescriptor, ...]
     primary_key: tuple[str, ...]  # from the catalog; empty when the table has none
+
+    def keyed(self, key: tuple[str, ...] | None) -> RelationDescriptor:
+        """This descriptor with `key` (message.key.columns) in place of the primary key."""
+        return self if key is None else dataclasses.replace(self, primary_key=key)
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -100,7 +100,12 @@ def run(config: Config, options: RunOptions) -> RunSummary:
     from cdc_core.spark import build_spark  # the JVM starts only once the source is known good
 
     spark = build_spark(config.env.spark, f"cdc-{pipeline.name}")
-    pending = apply_staged(spark, lake, config, streaming=streaming)  # what an earlier run left
+    # what an earlier run left goes in before snapshot reads; without reads, one pass does all
+    pending = (
+        apply_staged(spark, lake, config, streaming=streaming)
+        if begun.jobs
+        else (BronzeSummary(0, 0, None), [], None)
+    )
     caught: list[CaptureSummary] = []
 
     def catch_up(position: Lsn) -> None:  # each snapshot read: stage the stream past it
@@ -111,6 +116,8 @@ def run(config: Config, options: RunOptions) -> RunSummary:
         spark, lake, pipeline.source.dsn, begun.jobs, pipeline=pipeline.name,
         max_threads=snap.max_threads, fetch_size=snap.fetch_size,
         catch_up=catch_up if streaming else None,
+        keys=pipeline.source.message_key_columns.for_table,
+        rules=pipeline.source.column_rules(),
     )  # fmt: skip
     if streaming:
         caught.append(capture(config, lake))

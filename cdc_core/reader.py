@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
+from cdc_core.columns import ColumnPlan, ColumnRules
 from cdc_core.errors import DecodeError
 from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
@@ -24,6 +25,8 @@ from cdc_core.pg import pgoutput as po
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
 _ROW_CHANGES = frozenset(b"IUD")
+NO_RULES = ColumnRules()
+_TAGS = {"c": "I", "u": "U", "d": "D"}  # Debezium op -> pgoutput message tag
 WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""
 _OID = struct.Struct(">I").unpack_from
@@ -44,7 +47,8 @@ class Assembler:
     below it) are dropped, so a replay after a crash stages nothing twice. `stop_at`: the first
     transaction (or lone message) at or past it ends the run; it is left for the next one.
     Changes of tables outside `tables` are dropped; their transactions still end, which is
-    what lets the slot move past WAL that holds nothing for us.
+    what lets the slot move past WAL that holds nothing for us. So are operations in `skipped`
+    (Debezium codes c, u, d, t) and messages whose prefix `keep_message` rejects.
     """
 
     def __init__(
@@ -56,6 +60,9 @@ class Assembler:
         stop_at: Lsn | None = None,
         budget: Budget = Budget(),
         now_us: Callable[[], int] = lambda: time.time_ns() // 1000,
+        skipped: Collection[str] = (),
+        columns: ColumnRules = NO_RULES,
+        keep_message: Callable[[str], bool] = lambda prefix: True,
     ) -> None:
         self.tables = frozenset(tables)
         self.describe = describe
@@ -63,6 +70,11 @@ class Assembler:
         self.stop_at = stop_at.value if stop_at is not None else None
         self.budget = budget
         self.now_us = now_us
+        self.skipped_tags = frozenset(ord(_TAGS[op]) for op in skipped if op in _TAGS)
+        self.skip_truncate = "t" in skipped
+        self.keep_message = keep_message
+        self.columns = columns
+        self.plans: dict[int, ColumnPlan] = {}  # oid -> rewrite, for tables with column rules
         self.relations: dict[int, RelationDescriptor] = {}
         self.versions: dict[int, int] = {}  # oid -> version of its captured relation
         self.type_names: dict[int, str] = {}
@@ -83,10 +95,13 @@ class Assembler:
     def feed_many(self, messages: Iterable[tuple[int, bytes]]) -> list[ChangeChunk]:
         """A batch of messages; the chunks they completed (or filled), in order."""
         out: list[ChangeChunk] = []
-        versions, row_changes, oid_of = self.versions, _ROW_CHANGES, _OID
+        versions, row_changes, oid_of, skipped, plans = (
+            self.versions, _ROW_CHANGES, _OID, self.skipped_tags, self.plans
+        )  # fmt: skip
         max_changes, max_bytes = self.budget.changes, self.budget.nbytes
         chunk, skipping = self.chunk, self.skipping
-        for lsn, data in messages:
+        for lsn, message in messages:
+            data = message
             if data[0] not in row_changes:
                 done = self._other(lsn, data)
                 if done is not None:
@@ -98,8 +113,10 @@ class Assembler:
             if chunk is None:
                 raise DecodeError(f"a change outside any transaction at LSN {Lsn(lsn)}")
             oid = oid_of(data, 1)[0]
-            if skipping or oid not in versions:
-                continue  # already staged, or a table this pipeline does not capture
+            if skipping or oid not in versions or data[0] in skipped:
+                continue  # already staged, a table not captured, or a skipped operation
+            if plans and oid in plans:
+                data = plans[oid].rewrite(data)  # column filters and transforms, before staging
             chunk.lsn.append(lsn)
             chunk.relation_oid.append(oid)
             chunk.message.append(data)
@@ -183,6 +200,12 @@ class Assembler:
             described.oid, version, described.schema, described.table,
             described.replica_identity, described.columns, described.primary_key,
         )  # fmt: skip
+        plan = self.columns.plan(descriptor)
+        if plan is not None:
+            self.plans[msg.oid] = plan
+            descriptor = plan.descriptor
+        else:
+            self.plans.pop(msg.oid, None)
         self.relations[msg.oid] = descriptor
         self.versions[msg.oid] = version
         if self.chunk is not None and not self.skipping:
@@ -194,7 +217,7 @@ class Assembler:
     def _truncate(self, lsn: int, msg: po.Truncate, data: bytes) -> ChangeChunk | None:
         """One change per captured table, each keeping the whole TRUNCATE message."""
         chunk = self.chunk
-        if chunk is None or self.skipping:
+        if chunk is None or self.skipping or self.skip_truncate:
             return None
         for oid in msg.relation_oids:
             if oid in self.versions:
@@ -205,8 +228,8 @@ class Assembler:
         return self._split_if_full(chunk)
 
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
-        if msg.prefix == WATERMARK_PREFIX:
-            return None  # a snapshot read's high watermark: it only moves the stream along
+        if msg.prefix == WATERMARK_PREFIX or not self.keep_message(msg.prefix):
+            return None  # a snapshot read's high watermark, or a message filtered out
         if msg.transactional:
             chunk = self.chunk
             if chunk is None or self.skipping:

@@ -1,8 +1,9 @@
 """Silver's pure transforms: bronze rows -> typed changes -> one change per key (or row delta).
 
-`parsed` reads the JSON text of each change, `typed` converts it per the type mapping on
-executors (`mapInArrow`), `keyed_source` resolves unchanged TOASTed values and keeps the newest
-change per key, `multiset_source` turns the changes of a table without a key into counts.
+`parsed` reads the JSON text of each change, `typed` converts it per the type mapping (a Spark
+cast where that is exact, `silver_fast`, else Python on executors, `mapInArrow`), `keyed_source`
+resolves unchanged TOASTed values and keeps the newest change per key, `multiset_source` turns
+the changes of a table without a key into counts.
 Every function is DataFrame -> DataFrame; only the caller does I/O.
 """
 
@@ -18,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
+from cdc_core.silver_fast import fast_value
 from cdc_core.silver_shape import TableShape, arrow_type, spark_type
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
@@ -137,13 +139,41 @@ def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
         meta + fields + old + [T.StructField("_cdc_raw", T.MapType(T.StringType(), T.StringType()))]
     )
     convert = functools.partial(_convert_batches, shape=shape, modes=modes, schema=out)
-    result = inputs.mapInArrow(convert, out)
+    fast = _fast_columns(shape, modes)
+    if fast is None:
+        result = inputs.mapInArrow(convert, out)
+    else:  # rows whose every value has its plain form are typed in the JVM, the rest in Python
+        exprs, plain = fast
+        quick = inputs.where(plain).select(
+            *[F.col(f.name) for f in meta], *exprs,
+            F.create_map().cast(out["_cdc_raw"].dataType).alias("_cdc_raw"),
+        )  # fmt: skip
+        slow = inputs.where(~plain).mapInArrow(convert, out)
+        result = quick.unionByName(slow)
     return (
         result.withColumnRenamed("commit_lsn", "_cdc_lsn")
         .withColumnRenamed("seq", "_cdc_seq")
         .withColumnRenamed("op", "_cdc_op")
         .withColumn("_cdc_commit_ts", F.timestamp_micros("_commit_ts_us"))
     )  # fmt: skip
+
+
+def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Column] | None:
+    """JVM expressions for every typed column (and old key), and the condition under which they
+    are all exact; None when some column's type has no fast path."""
+    exprs: list[Column] = []
+    plain: Column = F.lit(True)
+    by_name = {c.name: c for c in shape.columns}
+    sources = [(c.name, F.col("_values").getField(c.name), c) for c in shape.columns] + [
+        (f"_old_{k}", F.col("_old_key").getField(k), by_name[k]) for k in shape.key
+    ]
+    for name, text, column in sources:
+        value = fast_value(column.pg, modes, text)
+        if value is None:
+            return None
+        exprs.append(value.alias(name))
+        plain = plain & (text.isNull() | value.isNotNull())
+    return exprs, F.coalesce(plain, F.lit(False))
 
 
 def _convert_batches(

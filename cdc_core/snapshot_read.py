@@ -32,6 +32,7 @@ from pyspark.sql import types as T
 from cdc_core import __version__, faults
 from cdc_core.bronze import WATERMARK as STAGED_END
 from cdc_core.bronze import applied_end, ensure_bronze, record_schema
+from cdc_core.columns import ColumnPlan, ColumnRules
 from cdc_core.config import Dsn
 from cdc_core.envelope import BRONZE
 from cdc_core.errors import TransientError
@@ -41,6 +42,7 @@ from cdc_core.lake import Lake
 from cdc_core.lake_state import committing
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import VALUE_OPTIONS, connect
+from cdc_core.reader import NO_RULES
 from cdc_core.snapshot import SnapshotJob, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken
@@ -65,6 +67,8 @@ class GroupRead:
     fetch_size: int
     columns: tuple[str, ...] = ()  # as the catalog has them under the read's lock
     primary_key: tuple[str, ...] = ()  # the events' key (the chunk key may be a surrogate)
+    key_override: tuple[str, ...] | None = None  # message.key.columns for this table
+    rules: ColumnRules = NO_RULES  # column filters and transforms
 
     @property
     def app_id(self) -> str:
@@ -128,7 +132,10 @@ def read_group(
         coordinator.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
         _lock(coordinator, read.table, lock_timeout_ms)
         exported = _one(coordinator, "SELECT pg_export_snapshot()")  # takes the snapshot
-        shape = catalog_descriptor(coordinator, read.table)  # as of the snapshot, locked
+        shape = catalog_descriptor(coordinator, read.table).keyed(read.key_override)  # locked
+        plan = read.rules.plan(shape)
+        if plan is not None:  # only the kept columns are read
+            shape = plan.descriptor
         read = dataclasses.replace(
             read, columns=tuple(c.name for c in shape.columns), primary_key=shape.primary_key
         )
@@ -150,6 +157,8 @@ def read_group(
             for c in read.chunks
         ]
         rows = _union(frames)
+        if plan is not None and plan.transforms:  # values rewritten before anything lands
+            rows = _transformed(rows, plan)
         if catch_up is not None:
             catch_up(view.position)  # the stream, staged past the read: what overtook it is known
             newer = overtaken(lake, read.table, read.primary_key, view)
@@ -214,6 +223,22 @@ def _overtake(spark: SparkSession, rows: DataFrame, read: GroupRead, newer: Over
         .otherwise(F.col(f"`{c}`")).alias(c)
         for c in read.columns
     ])  # fmt: skip
+
+
+def _transformed(rows: DataFrame, plan: ColumnPlan) -> DataFrame:
+    """The read's values through the same column transforms the stream's values go through."""
+    out = []
+    for n, c in enumerate(plan.descriptor.columns):
+        transform = plan.transforms.get(n)
+        column = F.col(f"`{c.name}`")
+        if transform is not None:
+            column = F.udf(_or_null(transform), T.StringType())(column)
+        out.append(column.alias(c.name))
+    return rows.select(*out)
+
+
+def _or_null(transform: Callable[[str], str]) -> Callable[[str | None], str | None]:
+    return lambda value: None if value is None else transform(value)
 
 
 def _one(conn: psycopg.Connection[tuple[object, ...]], query: str) -> str:
@@ -322,6 +347,8 @@ class Progress:
 def read_jobs(
     spark: SparkSession, lake: Lake, dsn: Dsn, jobs: Sequence[SnapshotJob], *,
     pipeline: str, max_threads: int, fetch_size: int, catch_up: CatchUp | None,
+    keys: Callable[[TableName], tuple[str, ...] | None] = lambda table: None,
+    rules: ColumnRules = NO_RULES,
 ) -> int:  # fmt: skip
     """Read every pending group of `jobs` into bronze; returns the rows read. `catch_up`:
     stages the stream past a read (None: the pipeline does not stream)."""
@@ -343,6 +370,7 @@ def read_jobs(
             group = GroupRead(
                 job.id, job.kind, pipeline, database, part.table, part.plan,
                 tuple(by_number[c] for c in groups[n]), n, part.condition, part.select, fetch_size,
+                key_override=keys(part.table), rules=rules,
             )  # fmt: skip
             try:
                 view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up)

@@ -20,7 +20,9 @@ from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.pg.catalog import table_columns, table_info
 from cdc_core.pg.connect import connect
+from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pg.slot import ensure_publication, ensure_slot, slot_state
 from cdc_core.signals import SignalProblem, SnapshotRequest, StopRequest, parse_signal, read_signals
 from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job
@@ -65,6 +67,7 @@ def start(config: Config, lake: Lake) -> RunStart:
             ensure_publication(
                 conn, source.publication, source.tables, source.publication_autocreate_mode
             )
+            _check_keys(conn, config)
             if decision.new_slot:
                 _new_slot(conn, config, lake)
             slot = ensure_slot(conn, source.slot)
@@ -89,6 +92,34 @@ def _start_state(conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
         snapshot_unfinished=any(not j.finished for j in initial),
         position_available=available,
     )
+
+
+def _check_keys(conn: Conn, config: Config) -> None:
+    """Every message.key.columns override names columns the table has, and its deletes carry."""
+    source = config.pipeline.source
+    overrides = {t: source.message_key_columns.for_table(t) for t in source.tables}
+    wanted = [t for t, k in overrides.items() if k]
+    for table, info in table_info(conn, wanted).items():
+        key = overrides[table] or ()
+        if info is None:
+            continue  # the doctor names missing tables
+        names = [c.name for c in table_columns(conn, table)]
+        missing = [c for c in key if c not in names]
+        where = f"{config.pipeline_file}: source.message.key.columns"
+        if missing:
+            raise TerminalError(
+                f"{where}: {table} has no column {', '.join(missing)} (its columns: "
+                f"{', '.join(names)})"
+            )
+        if info.replica_identity is ReplicaIdentity.FULL:
+            continue
+        outside = [c for c in key if c not in info.identity_columns]
+        if outside:
+            raise TerminalError(
+                f"{where}: key column {', '.join(outside)} of {table} is not in its replica "
+                f"identity ({info.replica_identity.name}), so a delete would not carry it: run "
+                f"ALTER TABLE {table} REPLICA IDENTITY FULL, or key it by its replica identity"
+            )
 
 
 def _new_slot(conn: Conn, config: Config, lake: Lake) -> None:

@@ -260,7 +260,18 @@ class Builder:
             if isinstance(raw, int | float) and not isinstance(raw, bool):
                 return str(raw)
             raise self.error(path, f"expected a string, got {_kind(raw)}")
+        return self._parsed(tp, raw, path)
+
+    def _parsed(self, tp: Any, raw: Any, path: str) -> Any:
+        """A value of a type with `parse(text)` (and `from_items(list)` for YAML lists)."""
         parse: Callable[[str], Any] | None = getattr(tp, "parse", None)
+        from_items: Callable[[list[str]], Any] | None = getattr(tp, "from_items", None)
+        if from_items is not None and isinstance(raw, list):  # a YAML list of its items
+            items = [self._scalar_text(v, f"{path}[{i}]") for i, v in enumerate(raw)]
+            try:
+                return from_items(items)
+            except ValueError as e:
+                raise self.error(path, str(e)) from e
         if parse is not None:
             if isinstance(raw, int | float) and not isinstance(raw, bool):
                 raw = str(raw)

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from cdc_core.columns import ColumnRules, Rule
 from cdc_core.config.loader import FieldError, meta
 from cdc_core.identifiers import TableName
 
@@ -74,6 +75,104 @@ class ByteSize(int):
 
 
 @dataclass(frozen=True)
+class RegexList:
+    """Comma-separated regular expressions, each matched against a whole name (anchored)."""
+
+    patterns: tuple[str, ...] = ()
+    type_name = "regexes, anchored: a list or comma-separated"
+
+    @classmethod
+    def parse(cls, text: str) -> RegexList:
+        return cls.from_items(text.split(","))
+
+    @classmethod
+    def from_items(cls, items: list[str]) -> RegexList:
+        """From a YAML list: one expression per item, commas inside kept."""
+        patterns = tuple(p.strip() for p in items if p.strip())
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"{p!r} is not a regular expression: {e}") from e
+        return cls(patterns)
+
+    def matches(self, name: str) -> bool:
+        return any(re.fullmatch(p, name) for p in self.patterns)
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def __str__(self) -> str:
+        return ",".join(self.patterns)
+
+
+@dataclass(frozen=True)
+class Operations:
+    """A set of Debezium operation codes (c, u, d, t), or none."""
+
+    codes: frozenset[str] = frozenset()
+    type_name = "c,u,d,t or none"
+
+    @classmethod
+    def parse(cls, text: str) -> Operations:
+        codes = [c.strip() for c in text.split(",") if c.strip()]
+        if codes == ["none"]:
+            return cls()
+        wrong = [c for c in codes if c not in ("c", "u", "d", "t")]
+        if wrong or not codes:
+            raise ValueError(
+                f"{text!r} is not a list of operations: write some of c, u, d, t "
+                "(comma-separated), or none"
+            )
+        return cls(frozenset(codes))
+
+    def __str__(self) -> str:
+        return ",".join(sorted(self.codes)) or "none"
+
+
+@dataclass(frozen=True)
+class KeyColumns:
+    """Debezium's `message.key.columns`: `<table regex>:<col>,<col>;<table regex>:<col>`."""
+
+    entries: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    type_name = "regex:col,col;regex:col"
+
+    @classmethod
+    def parse(cls, text: str) -> KeyColumns:
+        entries = []
+        for part in (p.strip() for p in text.split(";")):
+            if not part:
+                continue
+            table, sep, cols = part.rpartition(":")
+            columns = tuple(c.strip() for c in cols.split(",") if c.strip())
+            if not sep or not table.strip() or not columns:
+                raise ValueError(
+                    f"{part!r} is not <schema.table regex>:<column>,<column> "
+                    "(for example public.orders:id,line; use ; between tables)"
+                )
+            try:
+                re.compile(table.strip())
+            except re.error as e:
+                raise ValueError(f"{table.strip()!r} is not a regular expression: {e}") from e
+            entries.append((table.strip(), columns))
+        return cls(tuple(entries))
+
+    def for_table(self, table: TableName) -> tuple[str, ...] | None:
+        """The key columns configured for `table` (the first entry that matches), or None."""
+        qualified = f"{table.schema}.{table.name}"
+        for pattern, columns in self.entries:
+            if re.fullmatch(pattern, qualified):
+                return columns
+        return None
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def __str__(self) -> str:
+        return ";".join(f"{t}:{','.join(c)}" for t, c in self.entries)
+
+
+@dataclass(frozen=True)
 class SourceConfig:
     """The PostgreSQL side: where to connect and what to capture."""
 
@@ -103,8 +202,7 @@ class SourceConfig:
     tables: tuple[TableName, ...] = field(
         metadata=meta(
             "tables to capture as schema.table; quote names with capitals, spaces or dots: "
-            'public."Order Items"',
-            debezium="table.include.list",
+            'public."Order Items". The include and exclude lists below narrow this list',
             example="[public.customers, public.orders]",
         )
     )
@@ -126,7 +224,89 @@ class SourceConfig:
         ),
     )
 
+    schema_include_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("capture only the listed tables in schemas matching these",
+                      key="schema.include.list", debezium="schema.include.list"),
+    )  # fmt: skip
+    schema_exclude_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("leave out the listed tables in schemas matching these",
+                      key="schema.exclude.list", debezium="schema.exclude.list"),
+    )  # fmt: skip
+    table_include_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("capture only the listed tables whose schema.table matches these",
+                      key="table.include.list", debezium="table.include.list"),
+    )  # fmt: skip
+    table_exclude_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("leave out the listed tables whose schema.table matches these",
+                      key="table.exclude.list", debezium="table.exclude.list"),
+    )  # fmt: skip
+    message_prefix_include_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("keep only logical decoding messages (op=m) whose prefix matches these",
+                      key="message.prefix.include.list", debezium="message.prefix.include.list"),
+    )  # fmt: skip
+    message_prefix_exclude_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("drop logical decoding messages whose prefix matches these",
+                      key="message.prefix.exclude.list", debezium="message.prefix.exclude.list"),
+    )  # fmt: skip
+    column_include_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("keep only columns whose schema.table.column matches these (key and "
+                      "replica-identity columns always stay); applied before staging",
+                      key="column.include.list", debezium="column.include.list"),
+    )  # fmt: skip
+    column_exclude_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("drop columns whose schema.table.column matches these (never key or "
+                      "replica-identity columns); they are never staged",
+                      key="column.exclude.list", debezium="column.exclude.list"),
+    )  # fmt: skip
+    column_transforms: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}),
+        metadata=meta("Debezium's value transforms, each a key written as in Debezium with "
+                      "the schema.table.column expressions it applies to: "
+                      "column.truncate.to.<n>.chars, column.mask.with.<n>.chars, "
+                      "column.mask.hash.<algorithm>.with.salt.<salt> (hash v1) and "
+                      "column.mask.hash.v2.<algorithm>.with.salt.<salt>; character columns "
+                      "only, applied before staging", key="column.transforms",
+                      debezium="column.truncate.to.<n>.chars, column.mask.with.<n>.chars, "
+                      "column.mask.hash.<algorithm>.with.salt.<salt>"),
+    )  # fmt: skip
+    message_key_columns: KeyColumns = field(
+        default=KeyColumns(),
+        metadata=meta("the key of tables whose schema.table matches: replaces the primary key, "
+                      "or gives a table without one a key (silver then MERGEs on it). Its "
+                      "columns must be in the replica identity (REPLICA IDENTITY FULL for "
+                      "columns outside the primary key), or deletes could not find their row",
+                      key="message.key.columns", debezium="message.key.columns",
+                      example="public.events:event_id;public\\.audit_.*:id,at"),
+    )  # fmt: skip
+    skipped_operations: Operations = field(
+        default=Operations(),
+        metadata=meta("operations never staged: c (insert), u (update), d (delete), "
+                      "t (truncate), or none. Unlike Debezium (which skips t by default) "
+                      "nothing is skipped by default: a mirror that ignores TRUNCATE is not one",
+                      key="skipped.operations", debezium="skipped.operations"),
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
+        for key, value in self.column_transforms.items():
+            try:
+                Rule.parse(key, value)
+            except ValueError as e:
+                raise FieldError(f"column.transforms.{key}", str(e)) from e
+        for a in ("schema", "table", "column", "message.prefix"):
+            b = a.replace(".", "_")
+            if getattr(self, f"{b}_include_list") and getattr(self, f"{b}_exclude_list"):
+                raise FieldError(
+                    f"{a}.exclude.list",
+                    f"{a}.include.list and {a}.exclude.list are mutually exclusive: keep one",
+                )
         if not _SLOT_NAME.fullmatch(self.slot):
             raise FieldError(
                 "slot",
@@ -142,6 +322,38 @@ class SourceConfig:
             if t in seen:
                 raise FieldError("tables", f"{t} is listed twice")
             seen.add(t)
+        kept = tuple(t for t in self.tables if self.captures(t))
+        if not kept:
+            raise FieldError(
+                "tables", "the include and exclude lists leave no table of this list to capture"
+            )
+        object.__setattr__(self, "tables", kept)
+
+    def captures(self, table: TableName) -> bool:
+        """Whether the schema and table filters let `table` through."""
+        s, t = self.schema_include_list, self.table_include_list
+        if s and not s.matches(table.schema):
+            return False
+        if self.schema_exclude_list.matches(table.schema):
+            return False
+        qualified = f"{table.schema}.{table.name}"
+        if t and not t.matches(qualified):
+            return False
+        return not self.table_exclude_list.matches(qualified)
+
+    def column_rules(self) -> ColumnRules:
+        """The column filters and transforms, ready to plan each table's rewrite."""
+        return ColumnRules(
+            self.column_include_list.patterns, self.column_exclude_list.patterns,
+            tuple(Rule.parse(k, v) for k, v in self.column_transforms.items()),
+        )  # fmt: skip
+
+    def keeps_message(self, prefix: str) -> bool:
+        """Whether a logical decoding message with this prefix is staged (op=m)."""
+        include = self.message_prefix_include_list
+        if include and not include.matches(prefix):
+            return False
+        return not self.message_prefix_exclude_list.matches(prefix)
 
 
 @dataclass(frozen=True)

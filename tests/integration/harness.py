@@ -94,3 +94,17 @@ def make_pipeline(
         + textwrap.dedent(extra)
     )
     return Pipeline(home, dsn, slot)
+
+
+def sql(dsn: str, *statements: str) -> None:
+    """Run statements one by one, each committed."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def ingest_ok(p: Pipeline) -> str:
+    """One `ingest` run that must succeed; its output."""
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout

@@ -17,6 +17,7 @@ from cdc_core.silver import SilverSettings, merge_changes
 from cdc_core.stager import staged_files
 from tests.integration.conftest import PgServer
 from tests.integration.harness import Pipeline, make_pipeline
+from tests.integration.harness import ingest_ok as ingest
 from tests.integration.mirror import assert_mirror_equals_source, shape_of
 
 SHOP = [TableName("public", t) for t in ("customers", "orders", "order_items")]
@@ -31,12 +32,6 @@ def shop(pg: PgServer, database: str, tmp_path: Path) -> Pipeline:
     first = p.ingest("--capture-only")
     assert first.returncode == 0, first.stderr
     return p
-
-
-def ingest(p: Pipeline) -> str:
-    run = p.ingest()
-    assert run.returncode == 0, run.stderr[-3000:]
-    return run.stdout
 
 
 def assert_all_mirrors_equal(spark: SparkSession, p: Pipeline) -> dict[str, int]:

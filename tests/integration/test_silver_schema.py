@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psycopg
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from cdc_core.identifiers import TableName
 from tests.integration.conftest import PgServer
-from tests.integration.harness import make_pipeline
+from tests.integration.harness import make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 T1, T2 = TableName("public", "t1"), TableName("public", "t2")
-
-
-def sql(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def test_schema_changes_are_followed_or_stop_only_their_table(

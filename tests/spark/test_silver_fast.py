@@ -108,3 +108,65 @@ def test_fast_values_equal_the_converters(
             ) from None
         assert same(row["v"], expected), (t.name, row["text"], row["v"], expected)
     assert taken == fast, f"{t.name}: {taken} of {len(texts)} texts fast-typed, {fast} expected"
+
+
+def test_typed_splits_rows_between_the_jvm_and_python_and_agrees_with_the_converters(
+    spark: SparkSession,
+) -> None:
+    from cdc_core.pg.pgoutput import ReplicaIdentity
+    from cdc_core.pgtypes import silver_type
+    from cdc_core.silver_batch import typed
+    from cdc_core.silver_shape import SilverColumn, TableShape
+
+    pg = {
+        "id": ColumnType("int8", "b", -1, False),
+        "amount": numeric(12, 2),
+        "day": ColumnType("date", "b", -1, False),
+        "at": ColumnType("timestamptz", "b", -1, False),
+        "note": ColumnType("text", "b", -1, False),
+    }
+    shape = TableShape(
+        "public", "t",
+        tuple(SilverColumn(n, t, silver_type(t, PRECISE), t.name) for n, t in pg.items()),
+        ("id",), ReplicaIdentity.DEFAULT,
+    )  # fmt: skip
+    rows = [  # (values, old key): plain rows, rows with one value only Python can type
+        ({"id": "1", "amount": "1.50", "day": "2024-01-02", "at": "2024-01-02 03:04:05.6+00",
+          "note": "a"}, None),
+        ({"id": "2", "amount": "NaN", "day": "2024-01-02", "at": None, "note": None}, None),
+        ({"id": "3", "amount": "2.00", "day": "0044-03-15 BC", "at": "infinity", "note": "b"},
+         {"id": "2"}),
+        ({"id": "4", "amount": None, "day": None, "at": None, "note": None}, {"id": "1"}),
+    ]  # fmt: skip
+    text = T.StructType([T.StructField(n, T.StringType()) for n in pg])
+    key = T.StructType([T.StructField("id", T.StringType())])
+    schema = T.StructType([
+        T.StructField("op", T.StringType()), T.StructField("commit_lsn", T.LongType()),
+        T.StructField("seq", T.LongType()), T.StructField("_commit_ts_us", T.LongType()),
+        T.StructField("_values", text), T.StructField("_old_key", key),
+    ])  # fmt: skip
+    df = spark.createDataFrame(
+        [("u", 10 + i, 0, 0, values, old) for i, (values, old) in enumerate(rows)], schema
+    )
+    result = typed(df, shape, PRECISE)
+    out = (
+        result.select(
+            "_cdc_lsn", "_cdc_raw", "_old_id",
+            *[canonical(F.col(n), result.schema[n].dataType).alias(n) for n in pg],
+        )
+        .orderBy("_cdc_lsn")
+        .collect()
+    )  # fmt: skip
+    assert len(out) == len(rows)
+    for got, (values, old) in zip(out, rows, strict=True):
+        raw: dict[str, str] = {}
+        for name, t in pg.items():
+            text_value = values[name]
+            try:
+                expected = None if text_value is None else converter(t, PRECISE)(text_value)
+            except Unrepresentable:
+                expected, raw[name] = None, text_value  # type: ignore[assignment]
+            value = got[name]
+            assert same(value, expected), (name, text_value, value, expected)
+        assert dict(got["_cdc_raw"] or {}) == raw
+        assert got["_old_id"] == (int(old["id"]) if old else None)

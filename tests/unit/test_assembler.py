@@ -212,3 +212,32 @@ def test_a_new_shape_of_a_table_mid_chunk_splits_the_chunk() -> None:
     assert assembler.chunk is not None
     assert assembler.chunk.first_seq == 1
     assert [r.version for r in assembler.chunk.relations] == [1]
+
+
+def test_skipped_operations_never_reach_a_chunk_and_the_others_do() -> None:
+    kept = run(Assembler([OTHER], describe, skipped=["u"]), "multi_row")
+    assert [ops(c) for c in kept] == [["I"] * 25, ["M"], []]  # the update transaction still ends
+    assert kept[-1].last
+    inserts_gone = run(Assembler([OTHER], describe, skipped=["c", "d"]), "multi_row")
+    assert [ops(c) for c in inserts_gone] == [[], ["M"], ["U", "U", "U"]]
+
+
+def test_skipped_truncate_leaves_the_transaction_empty() -> None:
+    chunks = run(Assembler([ITEMS, FULL], describe, skipped=["t"]), "truncate")
+    assert not any("T" in ops(c) for c in chunks)
+    assert len(chunks) == len(run(Assembler([ITEMS, FULL], describe), "truncate"))
+
+
+def test_messages_are_kept_or_dropped_by_prefix() -> None:
+    def prefixes(keep: object) -> list[str]:
+        chunks = run(Assembler([OTHER], describe, keep_message=keep), "messages")  # type: ignore[arg-type]
+        return [
+            po.decode(m).prefix  # type: ignore[union-attr]
+            for c in chunks
+            for m in c.message
+            if m[:1] == b"M"
+        ]
+
+    assert prefixes(lambda p: True) == ["heartbeat", "outbox"]
+    assert prefixes(lambda p: p == "outbox") == ["outbox"]
+    assert prefixes(lambda p: False) == []

@@ -279,3 +279,65 @@ def test_the_repository_pipelines_and_environments_load() -> None:
     for env in ("local", "databricks"):
         config = load_pipeline("orders", env, home=home, environ={})
         assert config.pipeline.name == "orders"
+
+
+def _with_source(lines: str) -> str:
+    return CONTRACT.replace("  tables: [", lines + "  tables: [")
+
+
+def test_table_and_schema_filters_narrow_the_tables(tmp_path: Path) -> None:
+    pipeline = _with_source("  table.exclude.list: public\\.order_.*, other\\.x\n")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.source.tables == (
+        TableName("public", "customers"), TableName("public", "orders"),
+    )  # fmt: skip
+    pipeline = _with_source("  table.include.list: ['public\\.ord.{1,3}s', public.customers]\n")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.source.tables == (
+        TableName("public", "customers"), TableName("public", "orders"),
+    )  # fmt: skip
+    pipeline = _with_source("  schema.include.list: sales\n")
+    message = load_error(tmp_path, pipeline)
+    assert "source.tables" in message
+    assert "leave no table" in message
+
+
+@pytest.mark.parametrize(
+    ("lines", "key", "fragment"),
+    [
+        ("  table.include.list: a\n  table.exclude.list: b\n", "source.table.exclude.list",
+         "mutually exclusive"),
+        ("  schema.include.list: a\n  schema.exclude.list: b\n", "source.schema.exclude.list",
+         "mutually exclusive"),
+        ("  message.prefix.include.list: a\n  message.prefix.exclude.list: b\n",
+         "source.message.prefix.exclude.list", "mutually exclusive"),
+        ("  table.include.list: public\\.(orders\n", "source.table.include.list",
+         "is not a regular expression"),
+        ("  skipped.operations: c,x\n", "source.skipped.operations", "c, u, d, t"),
+        ("  column.include.list: a\n  column.exclude.list: b\n", "source.column.exclude.list",
+         "mutually exclusive"),
+        ("  column.transforms:\n    column.mask.hash.SHA-3.with.salt.s: public.t.c\n",
+         "source.column.transforms.column.mask.hash.SHA-3.with.salt.s",
+         "unknown hash algorithm 'SHA-3'"),
+        ("  column.transforms:\n    column.hide.it: public.t.c\n",
+         "source.column.transforms.column.hide.it", "not a column transform"),
+        ("  message.key.columns: public.t\n", "source.message.key.columns",
+         "<schema.table regex>:<column>"),
+    ],
+)  # fmt: skip
+def test_misconfigured_filters_fail_at_load_naming_file_and_key(
+    tmp_path: Path, lines: str, key: str, fragment: str
+) -> None:
+    message = load_error(tmp_path, _with_source(lines))
+    assert "pipelines/orders.yaml" in message
+    assert key in message
+    assert fragment in message
+
+
+def test_skipped_operations_and_message_prefixes_load(tmp_path: Path) -> None:
+    pipeline = _with_source("  skipped.operations: t, d\n  message.prefix.exclude.list: audit.*\n")
+    source = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert source.pipeline.source.skipped_operations.codes == {"t", "d"}
+    assert not source.pipeline.source.keeps_message("audit-1")
+    assert source.pipeline.source.keeps_message("outbox")
+    assert source.pipeline.source.keeps_message("xaudit")  # anchored: a whole-name match
