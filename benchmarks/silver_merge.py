@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.config import SparkSettings
+from cdc_core.envelope import BRONZE
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import ColumnType, SilverType
 from cdc_core.silver import SilverSettings, merge_changes
@@ -85,9 +86,10 @@ def bronze_changes(spark: SparkSession, rows: int, changes: int) -> tuple[DataFr
         F.when(F.col("op") == "d", F.to_json(F.struct(F.col("key").cast("string").alias("id")))).alias("before"),
         F.when(F.col("op") != "d", text).alias("after"),
         F.array().cast("array<string>").alias("unchanged"),
-        F.struct(F.col("commit_lsn").alias("ts_us")).alias("source"),
+        F.struct(F.col("commit_lsn").alias("ts_us"), F.lit(None).cast("long").alias("txId"))
+        .alias("source"),
         F.lit(None).cast("map<string,string>").alias("headers"),
-        "commit_lsn", "seq",
+        "commit_lsn", "seq", F.lit(None).cast(BRONZE["read_view"].dataType).alias("read_view"),
     )  # fmt: skip
     final = joined.groupBy("key").agg(F.max_by(F.struct("op", "v"), "commit_lsn").alias("last"))
     return bronze, final.select("key", "last.op", "last.v")

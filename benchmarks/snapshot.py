@@ -18,6 +18,7 @@ which is the product's driver).
 from __future__ import annotations
 
 import argparse
+import logging
 import resource
 import shutil
 import tempfile
@@ -44,9 +45,9 @@ CREATE TABLE bench (
 """
 LOAD = """
 INSERT INTO bench
-SELECT i, i % 100000, (ARRAY['pending','paid','shipped','delivered'])[1 + i % 4],
-       (i % 100000) / 100.0, 'EUR', timestamptz '2024-01-01' + i * interval '1 second',
-       CASE WHEN i % 10 = 0 THEN NULL ELSE 'note ' || i END
+SELECT i, i %% 100000, (ARRAY['pending','paid','shipped','delivered'])[1 + i %% 4],
+       (i %% 100000) / 100.0, 'EUR', timestamptz '2024-01-01' + i * interval '1 second',
+       CASE WHEN i %% 10 = 0 THEN NULL ELSE 'note ' || i END
 FROM generate_series(%s, %s) i
 """
 SPARK_CONF = {
@@ -86,6 +87,7 @@ def copy_out(dsn: str) -> tuple[float, int]:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--chunk-size", type=int, default=100_000)
