@@ -8,13 +8,16 @@ and resumes from the last durable position, a few times, before the run gives up
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import psycopg
+
 from cdc_core.config import Config
-from cdc_core.errors import TransientError
+from cdc_core.errors import TerminalError, TransientError
 from cdc_core.events import ChangeChunk
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -29,9 +32,9 @@ from cdc_core.pg.slot import (
     flush_position,
     slot_state,
 )
-from cdc_core.reader import WATERMARK_PREFIX, Assembler, Budget
+from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budget
 from cdc_core.stager import Limits, StagedFile, Stager
-from cdc_core.state import record_confirmed
+from cdc_core.state import heartbeat_file, read_json, record_confirmed, write_json
 
 log = logging.getLogger("cdc_core.capture")
 
@@ -77,6 +80,37 @@ def catch_up(config: Config, lake: Lake, position: Lsn) -> CaptureSummary:
             "SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, str(position))
         )
     return capture(config, lake)
+
+
+def heartbeat(config: Config, lake: Lake, *, now_ms: int | None = None) -> bool:
+    """Send a heartbeat if `heartbeat.interval.ms` asks for one now: the action query, then a
+    logical decoding message in a transaction of its own, which the slot reads like any change.
+    Returns whether it was sent."""
+    source = config.pipeline.source
+    if source.heartbeat_interval_ms <= 0:
+        return False
+    now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    last = read_json(heartbeat_file(lake))
+    if last is not None and now_ms - int(str(last["ts_ms"])) < source.heartbeat_interval_ms:
+        return False
+    with connect(source.dsn) as conn:
+        if source.heartbeat_action_query:
+            try:
+                conn.execute(source.heartbeat_action_query.encode())
+            except psycopg.Error as e:
+                raise TerminalError(
+                    f"{config.pipeline_file}: source.heartbeat.action.query failed: "
+                    f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+                ) from e
+        with conn.transaction():  # committed and flushed: within the WAL this run reads
+            conn.execute("SET LOCAL synchronous_commit = on")
+            conn.execute(
+                "SELECT pg_logical_emit_message(true, %s, %s)",
+                (HEARTBEAT_PREFIX, json.dumps({"ts_ms": now_ms})),
+            )
+    write_json(heartbeat_file(lake), {"ts_ms": now_ms})
+    log.info("heartbeat sent")
+    return True
 
 
 def capture(config: Config, lake: Lake) -> CaptureSummary:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdc_core.capture import CaptureSummary, capture
+from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
 from cdc_core.config import Config
 from cdc_core.errors import TerminalError, UsageError
@@ -24,6 +24,7 @@ from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import run_doctor
+from cdc_core.pg.slot import autoset_replica_identity
 from cdc_core.start import start
 
 log = logging.getLogger("cdc_core.pipeline")
@@ -77,7 +78,11 @@ def run(config: Config, options: RunOptions) -> RunSummary:
         raise UsageError("--continuous is not available in this version: run with --once")
     started = time.monotonic()
     pipeline = config.pipeline
-    connect(pipeline.source.dsn).close()  # unreachable server -> TransientError, exit 75
+    with connect(pipeline.source.dsn) as conn:  # unreachable server -> TransientError, exit 75
+        rules = pipeline.source.replica_identity_autoset_values
+        if rules:
+            for change in autoset_replica_identity(conn, pipeline.source.tables, rules.for_table):
+                log.info("replica.identity.autoset.values: %s", change)
     report = run_doctor(config)
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if c.status == "fail")
@@ -92,6 +97,8 @@ def run(config: Config, options: RunOptions) -> RunSummary:
         if begun.jobs:
             log.warning("snapshot %s waits for a run with Spark (--capture-only reads no snapshot)",
                         ", ".join(j.id for j in begun.jobs))  # fmt: skip
+        if streaming:
+            heartbeat(config, lake)
         captured = capture(config, lake) if streaming else None
         return RunSummary(pipeline.name, lake.root, captured, None, (), time.monotonic() - started)
     from cdc_core.apply import apply_staged, finish_snapshots
@@ -120,6 +127,7 @@ def run(config: Config, options: RunOptions) -> RunSummary:
         rules=pipeline.source.column_rules(),
     )  # fmt: skip
     if streaming:
+        heartbeat(config, lake)
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
     applied = apply_staged(spark, lake, config, streaming=streaming)

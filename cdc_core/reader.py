@@ -29,6 +29,8 @@ NO_RULES = ColumnRules()
 _TAGS = {"c": "I", "u": "U", "d": "D"}  # Debezium op -> pgoutput message tag
 WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""
+HEARTBEAT_PREFIX = "cdc-lake.heartbeat"
+"""Prefix of heartbeat messages (`heartbeat.interval.ms`); staged whatever the prefix filters."""
 _OID = struct.Struct(">I").unpack_from
 
 
@@ -228,7 +230,9 @@ class Assembler:
         return self._split_if_full(chunk)
 
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
-        if msg.prefix == WATERMARK_PREFIX or not self.keep_message(msg.prefix):
+        if msg.prefix == WATERMARK_PREFIX or (
+            msg.prefix != HEARTBEAT_PREFIX and not self.keep_message(msg.prefix)
+        ):
             return None  # a snapshot read's high watermark, or a message filtered out
         if msg.transactional:
             chunk = self.chunk

@@ -57,3 +57,8 @@ def signals_file(lake: Lake) -> Path:
 
 def snapshots_dir(lake: Lake) -> Path:
     return lake.state / "snapshots"
+
+
+def heartbeat_file(lake: Lake) -> Path:
+    """When the last heartbeat was sent."""
+    return lake.state / "heartbeat.json"

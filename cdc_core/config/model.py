@@ -173,6 +173,48 @@ class KeyColumns:
 
 
 @dataclass(frozen=True)
+class IdentityRules:
+    """Debezium's `replica.identity.autoset.values`: `<table regex>:<FULL|DEFAULT|NOTHING|INDEX
+    name>,...`."""
+
+    entries: tuple[tuple[str, str], ...] = ()
+    type_name = "regex:FULL|DEFAULT|NOTHING|INDEX name,..."
+
+    @classmethod
+    def parse(cls, text: str) -> IdentityRules:
+        entries = []
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            table, sep, value = part.rpartition(":")
+            value = " ".join(value.split())
+            upper = value.upper()
+            ok = upper in ("FULL", "DEFAULT", "NOTHING") or (
+                upper.startswith("INDEX ") and len(value.split()) == 2
+            )
+            if not sep or not table.strip() or not ok:
+                raise ValueError(
+                    f"{part!r} is not <schema.table regex>:<FULL, DEFAULT, NOTHING or INDEX "
+                    "index_name> (for example public.*:FULL,public.orders:INDEX orders_uk)"
+                )
+            try:
+                re.compile(table.strip())
+            except re.error as e:
+                raise ValueError(f"{table.strip()!r} is not a regular expression: {e}") from e
+            kind = upper.split()[0]
+            entries.append((table.strip(), kind + value[5:] if kind == "INDEX" else kind))
+        return cls(tuple(entries))
+
+    def for_table(self, table: TableName) -> str | None:
+        """The replica identity to set on `table` (first matching entry), or None."""
+        qualified = f"{table.schema}.{table.name}"
+        return next((v for p, v in self.entries if re.fullmatch(p, qualified)), None)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+
+@dataclass(frozen=True)
 class SourceConfig:
     """The PostgreSQL side: where to connect and what to capture."""
 
@@ -286,6 +328,29 @@ class SourceConfig:
                       key="message.key.columns", debezium="message.key.columns",
                       example="public.events:event_id;public\\.audit_.*:id,at"),
     )  # fmt: skip
+    replica_identity_autoset_values: IdentityRules = field(
+        default=IdentityRules(),
+        metadata=meta("REPLICA IDENTITY set at the start of every run on the tables whose "
+                      "schema.table matches (when the role may: it must own them), e.g. "
+                      "public.*:FULL,public.orders:INDEX orders_uk",
+                      key="replica.identity.autoset.values",
+                      debezium="replica.identity.autoset.values"),
+    )  # fmt: skip
+    heartbeat_interval_ms: int = field(
+        default=0,
+        metadata=meta("send a heartbeat (a transactional logical decoding message, prefix "
+                      "cdc-lake.heartbeat, recorded in bronze as op=m) when a run starts and "
+                      "the last one is at least this old, so the slot moves on a quiet "
+                      "database; 0: never", key="heartbeat.interval.ms",
+                      debezium="heartbeat.interval.ms"),
+    )  # fmt: skip
+    heartbeat_action_query: str | None = field(
+        default=None,
+        metadata=meta("SQL run on the source with each heartbeat, e.g. an INSERT into a "
+                      "heartbeat table", key="heartbeat.action.query",
+                      debezium="heartbeat.action.query",
+                      example="INSERT INTO cdc_heartbeat (ts) VALUES (now())"),
+    )  # fmt: skip
     skipped_operations: Operations = field(
         default=Operations(),
         metadata=meta("operations never staged: c (insert), u (update), d (delete), "
@@ -307,6 +372,8 @@ class SourceConfig:
                     f"{a}.exclude.list",
                     f"{a}.include.list and {a}.exclude.list are mutually exclusive: keep one",
                 )
+        if self.heartbeat_interval_ms < 0:
+            raise FieldError("heartbeat.interval.ms", f"{self.heartbeat_interval_ms} is negative")
         if not _SLOT_NAME.fullmatch(self.slot):
             raise FieldError(
                 "slot",

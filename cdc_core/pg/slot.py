@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -89,6 +89,37 @@ def ensure_publication(
         _execute(
             conn, sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, _identifiers(missing))
         )
+
+
+def autoset_replica_identity(
+    conn: Connection, tables: Sequence[TableName], wanted: Callable[[TableName], str | None]
+) -> list[str]:
+    """Set the replica identity `wanted` gives each table, where it differs; returns what
+    changed, as `table: IDENTITY`. A role that may not alter a table stops the run."""
+    changed = []
+    targets = {t: wanted(t) for t in tables}
+    infos = catalog.table_info(conn, [t for t, w in targets.items() if w])
+    for table, info in infos.items():
+        target = targets[table]
+        if info is None or target is None:
+            continue  # the doctor names missing tables
+        kind, _, index = target.partition(" ")
+        clause: sql.Composable
+        if kind == "INDEX":
+            same = info.replica_identity is ReplicaIdentity.INDEX and (
+                (info.identity_index or "").split(".")[-1].strip('"') == index
+            )
+            clause = sql.SQL("USING INDEX {}").format(sql.Identifier(index))
+        else:
+            same = info.replica_identity.name == kind
+            clause = sql.SQL(kind)
+        if same:
+            continue
+        _execute(conn, sql.SQL("ALTER TABLE {} REPLICA IDENTITY {}").format(
+            sql.Identifier(table.schema, table.name), clause,
+        ))  # fmt: skip
+        changed.append(f"{table}: {target}")
+    return changed
 
 
 def _execute(conn: Connection, statement: sql.Composed) -> None:

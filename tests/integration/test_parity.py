@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.identifiers import TableName
+from cdc_core.lsn import Lsn
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok as ingest
 from tests.integration.harness import make_pipeline, sql
@@ -172,3 +173,53 @@ def test_excluded_columns_and_masked_values_never_land(
     assert (rows[1]["note"], rows[2]["note"]) == ("change", "note t")
     bronze = spark.read.format("delta").load(p.lake.bronze)
     assert not bronze.where(F.col("after").contains("SSN")).count()
+
+
+def test_heartbeats_run_their_query_are_recorded_and_move_the_slot(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE watched (id int PRIMARY KEY)",
+        "CREATE TABLE busy (id serial PRIMARY KEY, v text)",
+        "CREATE TABLE beats (at timestamptz NOT NULL)")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.watched"],
+        source_extra="""\
+            heartbeat.interval.ms: 1
+            heartbeat.action.query: INSERT INTO beats VALUES (now())
+            message.prefix.include.list: outbox.*
+            """,
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    for _ in range(2):  # only traffic the pipeline does not capture
+        sql(dsn, "INSERT INTO busy (v) SELECT 'x' FROM generate_series(1, 1000)")
+        with psycopg.connect(dsn) as conn:
+            written = Lsn.parse(str(conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]))  # type: ignore[index]
+        ingest(p)
+        assert p.confirmed() > written, "the slot did not move past uncaptured traffic"
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM beats").fetchone() == (3,)  # type: ignore[comparison-overlap]
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    beats = bronze.where(F.col("op") == "m").select("key", "message").collect()
+    assert len(beats) == 3
+    assert {json.loads(r["key"])["prefix"] for r in beats} == {"cdc-lake.heartbeat"}
+    assert all("ts_ms" in json.loads(bytes(r["message"]["content"])) for r in beats)
+
+
+def test_replica_identity_is_set_at_start_where_asked(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE nokey (a int, b text)",
+        "INSERT INTO nokey SELECT g, 'v' FROM generate_series(1, 10) g")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.nokey"], snapshot="initial",
+        source_extra="replica.identity.autoset.values: public\\.no.*:FULL\n",
+    )  # fmt: skip
+    ingest(p)  # without the setting the doctor refuses a keyless table under DEFAULT
+    with psycopg.connect(dsn) as conn:
+        ident = conn.execute("SELECT relreplident FROM pg_class WHERE oid = 'nokey'::regclass")
+        assert ident.fetchone() == ("f",)  # type: ignore[comparison-overlap]
+    sql(dsn, "UPDATE nokey SET b = 'w' WHERE a <= 3", "DELETE FROM nokey WHERE a > 8")
+    ingest(p)
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "nokey")) == 8

@@ -323,6 +323,9 @@ def test_table_and_schema_filters_narrow_the_tables(tmp_path: Path) -> None:
          "source.column.transforms.column.hide.it", "not a column transform"),
         ("  message.key.columns: public.t\n", "source.message.key.columns",
          "<schema.table regex>:<column>"),
+        ("  replica.identity.autoset.values: public.t:HALF\n",
+         "source.replica.identity.autoset.values", "FULL, DEFAULT, NOTHING or INDEX"),
+        ("  heartbeat.interval.ms: -5\n", "source.heartbeat.interval.ms", "negative"),
     ],
 )  # fmt: skip
 def test_misconfigured_filters_fail_at_load_naming_file_and_key(
@@ -341,3 +344,14 @@ def test_skipped_operations_and_message_prefixes_load(tmp_path: Path) -> None:
     assert not source.pipeline.source.keeps_message("audit-1")
     assert source.pipeline.source.keeps_message("outbox")
     assert source.pipeline.source.keeps_message("xaudit")  # anchored: a whole-name match
+
+
+def test_replica_identity_rules_match_tables_in_order(tmp_path: Path) -> None:
+    pipeline = _with_source(
+        "  replica.identity.autoset.values: public.orders:index  orders_uk,public.*:full\n"
+    )
+    source = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    rules = source.pipeline.source.replica_identity_autoset_values
+    assert rules.for_table(TableName("public", "orders")) == "INDEX orders_uk"
+    assert rules.for_table(TableName("public", "customers")) == "FULL"
+    assert rules.for_table(TableName("sales", "x")) is None
