@@ -1,7 +1,8 @@
 """Column filters and transforms, applied before anything is written: raw values never land.
 
-Debezium's `column.include.list` / `column.exclude.list` drop columns (key and replica-identity
-columns always stay); `column.truncate.to.N.chars`, `column.mask.with.N.chars` and
+Debezium's `column.include.list` / `column.exclude.list` drop columns (key columns, and the
+columns of a DEFAULT or INDEX replica identity, always stay; under FULL only the key does);
+`column.truncate.to.N.chars`, `column.mask.with.N.chars` and
 `column.mask.hash[.v2].<algorithm>.with.salt.<salt>` rewrite the values of character columns
 (text, varchar, char). The reader rewrites each pgoutput row message of an affected table
 (`ColumnPlan.rewrite`) and stages the table's descriptor without the dropped columns, so
@@ -24,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
+from cdc_core.pg.pgoutput import ReplicaIdentity
 
 Transform = Callable[[str], str]
 CHARACTER_TYPES = frozenset({"text", "varchar", "bpchar", "name", "citext"})
@@ -159,10 +161,11 @@ class ColumnRules:
         if not self:
             return None
         prefix = f"{descriptor.schema}.{descriptor.table}."
+        full = descriptor.replica_identity is ReplicaIdentity.FULL  # every column is identity
         keep, transforms = [], {}
         for i, c in enumerate(descriptor.columns):
             column_id = prefix + c.name
-            always = c.name in descriptor.primary_key or c.in_identity
+            always = c.name in descriptor.primary_key or (c.in_identity and not full)
             if not always and self.include and not _any(self.include, column_id):
                 continue
             if not always and _any(self.exclude, column_id):

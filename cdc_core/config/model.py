@@ -298,14 +298,16 @@ class SourceConfig:
     )  # fmt: skip
     column_include_list: RegexList = field(
         default=RegexList(),
-        metadata=meta("keep only columns whose schema.table.column matches these (key and "
-                      "replica-identity columns always stay); applied before staging",
+        metadata=meta("keep only columns whose schema.table.column matches these (key "
+                      "columns, and those of a DEFAULT or INDEX replica identity, always stay); "
+                      "applied before staging",
                       key="column.include.list", debezium="column.include.list"),
     )  # fmt: skip
     column_exclude_list: RegexList = field(
         default=RegexList(),
-        metadata=meta("drop columns whose schema.table.column matches these (never key or "
-                      "replica-identity columns); they are never staged",
+        metadata=meta("drop columns whose schema.table.column matches these (never key "
+                      "columns, nor those of a DEFAULT or INDEX replica identity); they are "
+                      "never staged",
                       key="column.exclude.list", debezium="column.exclude.list"),
     )  # fmt: skip
     column_transforms: Mapping[str, str] = field(

@@ -120,8 +120,11 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(shop: Pipeline) 
             time.sleep(rng.uniform(1.0, 3.0))  # a backlog of a few thousand changes
             before = len(staged_files(shop.changes))
             proc = shop.start_ingest("--capture-only")
-            # start-up (imports, checks) takes about 0.6 s, then capture: aim around both
-            time.sleep(rng.uniform(0.05, 1.2) if kills % 3 == 0 else rng.uniform(0.5, 1.0))
+            if kills % 3 == 0:  # anywhere: start-up (imports, checks, about 0.6 s) or capture
+                time.sleep(rng.uniform(0.05, 1.2))
+            else:  # inside capture, however long start-up takes on a loaded machine
+                _wait_until_reading(shop, proc)
+                time.sleep(rng.uniform(0.0, 0.5))
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
@@ -135,6 +138,19 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(shop: Pipeline) 
     print(f"\n{kills} SIGKILLs (seed {seed}), {mid_capture} after the run had staged files")
     assert mid_capture >= 3, "kills should land inside capture, not only at start-up"
     assert_staged_equals_truth(shop, f"{shop.slot}_truth")
+
+
+def _wait_until_reading(p: Pipeline, proc: subprocess.Popen[str], timeout_s: float = 30) -> None:
+    """Until the run holds its slot (it is reading the stream), or has ended."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(p.dsn, autocommit=True) as conn:
+        while proc.poll() is None and time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (p.slot,)
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.02)
 
 
 def test_the_sql_reader_stages_the_same_changes(

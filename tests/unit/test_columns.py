@@ -89,7 +89,8 @@ def describe(rel: po.Relation, type_names: dict[int, str]) -> RelationDescriptor
                          *_TYPES.get(c.type_oid, ("mood", "e")), c.type_modifier)
         for c in rel.columns
     )  # fmt: skip
-    key = tuple(c.name for c in rel.columns if c.is_key)
+    full = rel.replica_identity is po.ReplicaIdentity.FULL  # the catalog's key: none there
+    key = () if full else tuple(c.name for c in rel.columns if c.is_key)
     return RelationDescriptor(
         rel.oid, 0, rel.namespace, rel.name, rel.replica_identity, columns, key
     )
@@ -137,3 +138,23 @@ def test_tables_without_rules_are_not_rewritten() -> None:
     _, raw = staged(ColumnRules())
     assert changes == raw
     assert len(relations[0].columns) == 6
+
+
+def test_replica_identity_full_keeps_only_key_columns_from_exclusion() -> None:
+    capture = json.loads((DATA / "replica_identity_full.json").read_text())
+    full = TableName("public", "full_items")
+    assembler = Assembler(
+        [full], describe, columns=ColumnRules(exclude=(r"public\.full_items\.label",))
+    )
+    chunks = [
+        c for m in capture["messages"]
+        if (c := assembler.feed(Lsn.parse(m["lsn"]).value, bytes.fromhex(m["hex"]))) is not None
+    ]  # fmt: skip
+    relation = next(r for c in chunks for r in c.relations)
+    assert [c.name for c in relation.columns] == ["id"]  # under FULL every column is flagged
+    for data in (m for c in chunks for m in c.message):
+        _, old_kind, old, new = po.split_row_change(data)
+        assert len(po.tuple_values(new)) == 1
+        if old is not None:
+            assert old_kind == "O"
+            assert len(po.tuple_values(old)) == 1
