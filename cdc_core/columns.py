@@ -43,6 +43,15 @@ ALGORITHMS = {  # Java MessageDigest name -> hashlib name
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 
 
+def checked_pattern(pattern: str) -> str:
+    """`pattern`, if it is a regular expression; a ValueError naming it otherwise."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"{pattern!r} is not a regular expression: {e}") from e
+    return pattern
+
+
 def truncate(length: int) -> Transform:
     return lambda value: value[:length]
 
@@ -111,10 +120,7 @@ class Rule:
         if not patterns:
             raise ValueError("list the columns (schema.table.column regular expressions)")
         for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"{p!r} is not a regular expression: {e}") from e
+            checked_pattern(p)
         if m["algorithm"] is not None and m["algorithm"] not in ALGORITHMS:
             raise ValueError(
                 f"unknown hash algorithm {m['algorithm']!r}: use one of {', '.join(ALGORITHMS)}"
@@ -195,6 +201,9 @@ def _chain(transforms: Sequence[Transform]) -> Transform:
         return value
 
     return apply
+
+
+NO_RULES = ColumnRules()
 
 
 @dataclass(frozen=True)

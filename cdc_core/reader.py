@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from cdc_core.columns import ColumnPlan, ColumnRules
+from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.errors import DecodeError
 from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
@@ -25,7 +25,6 @@ from cdc_core.pg import pgoutput as po
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
 _ROW_CHANGES = frozenset(b"IUD")
-NO_RULES = ColumnRules()
 _TAGS = {"c": "I", "u": "U", "d": "D"}  # Debezium op -> pgoutput message tag
 WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""

@@ -32,7 +32,7 @@ from pyspark.sql import types as T
 from cdc_core import __version__, faults
 from cdc_core.bronze import WATERMARK as STAGED_END
 from cdc_core.bronze import applied_end, ensure_bronze, record_schema
-from cdc_core.columns import ColumnPlan, ColumnRules
+from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.config import Dsn
 from cdc_core.envelope import BRONZE
 from cdc_core.errors import TransientError
@@ -42,7 +42,6 @@ from cdc_core.lake import Lake
 from cdc_core.lake_state import committing
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import VALUE_OPTIONS, connect
-from cdc_core.reader import NO_RULES
 from cdc_core.snapshot import SnapshotJob, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken

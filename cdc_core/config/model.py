@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from cdc_core.columns import ColumnRules, Rule
+from cdc_core.columns import ColumnRules, Rule, checked_pattern
 from cdc_core.config.loader import FieldError, meta
 from cdc_core.identifiers import TableName
 
@@ -88,13 +88,7 @@ class RegexList:
     @classmethod
     def from_items(cls, items: list[str]) -> RegexList:
         """From a YAML list: one expression per item, commas inside kept."""
-        patterns = tuple(p.strip() for p in items if p.strip())
-        for p in patterns:
-            try:
-                re.compile(p)
-            except re.error as e:
-                raise ValueError(f"{p!r} is not a regular expression: {e}") from e
-        return cls(patterns)
+        return cls(tuple(checked_pattern(p.strip()) for p in items if p.strip()))
 
     def matches(self, name: str) -> bool:
         return any(re.fullmatch(p, name) for p in self.patterns)
@@ -150,11 +144,7 @@ class KeyColumns:
                     f"{part!r} is not <schema.table regex>:<column>,<column> "
                     "(for example public.orders:id,line; use ; between tables)"
                 )
-            try:
-                re.compile(table.strip())
-            except re.error as e:
-                raise ValueError(f"{table.strip()!r} is not a regular expression: {e}") from e
-            entries.append((table.strip(), columns))
+            entries.append((checked_pattern(table.strip()), columns))
         return cls(tuple(entries))
 
     def for_table(self, table: TableName) -> tuple[str, ...] | None:
@@ -197,12 +187,10 @@ class IdentityRules:
                     f"{part!r} is not <schema.table regex>:<FULL, DEFAULT, NOTHING or INDEX "
                     "index_name> (for example public.*:FULL,public.orders:INDEX orders_uk)"
                 )
-            try:
-                re.compile(table.strip())
-            except re.error as e:
-                raise ValueError(f"{table.strip()!r} is not a regular expression: {e}") from e
             kind = upper.split()[0]
-            entries.append((table.strip(), kind + value[5:] if kind == "INDEX" else kind))
+            entries.append(
+                (checked_pattern(table.strip()), kind + value[5:] if kind == "INDEX" else kind)
+            )
         return cls(tuple(entries))
 
     def for_table(self, table: TableName) -> str | None:
