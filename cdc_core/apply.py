@@ -9,7 +9,13 @@ from collections.abc import Sequence
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_core.bronze import BronzeSummary, append_staged, applied_end, pending_files
+from cdc_core.bronze import (
+    BronzeOptions,
+    BronzeSummary,
+    append_staged,
+    applied_end,
+    pending_files,
+)
 from cdc_core.config import Config
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
@@ -29,7 +35,10 @@ def silver_settings(config: Config) -> SilverSettings:
         hstore=s.hstore_handling_mode,
     )  # fmt: skip
     catalog = config.env.catalog
-    return SilverSettings(modes, s.soft_delete, catalog.register, catalog.database)
+    return SilverSettings(
+        modes, s.soft_delete, catalog.register, catalog.database,
+        s.column_propagate_source_type.patterns, s.datatype_propagate_source_type.patterns,
+    )  # fmt: skip
 
 
 def apply_staged(
@@ -42,7 +51,10 @@ def apply_staged(
     changes committed around it are in). None: the pipeline does not stream, nothing to wait for.
     """
     recorded = read_json(stream_file(lake)) if streaming else None  # before listing files
-    bronze = append_staged(spark, lake, pending_files(spark, lake))
+    source = config.pipeline.source
+    options = BronzeOptions(source.provide_transaction_metadata,
+                            source.unavailable_value_placeholder)  # fmt: skip
+    bronze = append_staged(spark, lake, pending_files(spark, lake), options=options)
     frontier = None
     if streaming:
         frontier = applied_end(spark, lake).value

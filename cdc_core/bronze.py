@@ -19,10 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from delta.tables import DeltaTable
-from pyspark.sql import SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from cdc_core.envelope import BRONZE, StagedContext, decode_partition
+from cdc_core import faults
+from cdc_core.envelope import BRONZE, UNAVAILABLE, StagedContext, decode_partition
 from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
 from cdc_core.lake_state import committing, read_watermark
@@ -32,7 +35,32 @@ from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_file
 
 CAPTURE_APP = "cdc-capture"  # txnAppId of appends from staged files
 WATERMARK = "bronze_staged_end"
+TRANSACTIONS_WATERMARK = "transactions_staged_end"
 STATS_COLUMNS = "commit_lsn,seq,op"
+DATA_OPS = ("c", "u", "d", "t")  # the events transaction metadata counts (not op=m messages)
+_COLLECTION = T.StructType(
+    [T.StructField("data_collection", T.StringType()), T.StructField("event_count", T.LongType())]
+)
+TRANSACTIONS = T.StructType(
+    [
+        T.StructField("status", T.StringType()),  # BEGIN or END
+        T.StructField("id", T.StringType()),  # <txId>:<commit LSN>, as in the events' block
+        T.StructField("ts_ms", T.LongType()),  # the transaction's commit time
+        T.StructField("event_count", T.LongType()),  # END only
+        T.StructField("data_collections", T.ArrayType(_COLLECTION)),  # END only, per schema.table
+        T.StructField("commit_lsn", T.LongType()),
+        T.StructField("txId", T.LongType()),
+        T.StructField("staged_file", T.StringType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class BronzeOptions:
+    """Debezium's envelope options that shape bronze."""
+
+    transaction_metadata: bool = False  # provide.transaction.metadata
+    placeholder: str = UNAVAILABLE  # unavailable.value.placeholder
 
 
 @dataclass(frozen=True)
@@ -81,9 +109,12 @@ def pending_files(spark: SparkSession, lake: Lake) -> list[StagedFile]:
 
 
 def append_staged(
-    spark: SparkSession, lake: Lake, files: Sequence[StagedFile], *, max_changes: int = 5_000_000
-) -> BronzeSummary:
-    """Append `files` (in LSN order) to bronze, in commits of at most about `max_changes`."""
+    spark: SparkSession, lake: Lake, files: Sequence[StagedFile], *, max_changes: int = 5_000_000,
+    options: BronzeOptions = BronzeOptions(),
+) -> BronzeSummary:  # fmt: skip
+    """Append `files` (in LSN order) to bronze, in commits of at most about `max_changes`.
+    With transaction metadata, each group's BEGIN/END events are committed first (to their own
+    table, with their own watermark), so a crash between the two commits repeats neither."""
     if not files:
         return BronzeSummary(0, 0, None)
     ensure_bronze(spark, lake)
@@ -95,8 +126,15 @@ def append_staged(
             spark.read.parquet(*(str(lake.changes / str(f)) for f in group))
             .withColumn("_file", F.col("_metadata.file_name"))
         )  # fmt: skip
-        envelopes = staged.mapInArrow(functools.partial(decode_partition, context=contexts), BRONZE)
+        decode = functools.partial(
+            decode_partition, context=contexts, placeholder=options.placeholder
+        )
+        envelopes = staged.mapInArrow(decode, BRONZE)
         end = group[-1].end
+        if options.transaction_metadata:
+            envelopes = with_transaction_blocks(envelopes).persist(StorageLevel.MEMORY_AND_DISK)
+            _append_transactions(spark, lake, envelopes, group)
+            faults.point("bronze.between_commits")  # transactions committed, bronze not yet
         metadata = {WATERMARK: str(end), "staged_files": [f.id for f in group]}
         with committing(spark, metadata):
             (
@@ -104,8 +142,72 @@ def append_staged(
                 .option("txnAppId", CAPTURE_APP).option("txnVersion", end.value)
                 .save(lake.bronze)
             )  # fmt: skip
+        envelopes.unpersist()
         total += changes
     return BronzeSummary(len(files), total, files[-1].end)
+
+
+def with_transaction_blocks(envelopes: DataFrame) -> DataFrame:
+    """Each data change's `transaction` block: id `<txId>:<commit LSN>`, its position among the
+    transaction's events (`total_order`) and among those of its table (`data_collection_order`),
+    both from 1. A primary-key change's `d` comes before its `c`. Messages have none."""
+    is_data = F.col("op").isin(*DATA_OPS) & F.col("source.txId").isNotNull()
+    order = [F.col("seq"), F.when(F.col("op") == "c", 1).otherwise(0), F.col("source_table")]
+    total = Window.partitionBy("commit_lsn", is_data).orderBy(*order)
+    per_table = Window.partitionBy("commit_lsn", is_data, "source_table").orderBy(*order)
+    block = F.struct(
+        F.concat_ws(":", F.col("source.txId").cast("string"), F.col("commit_lsn").cast("string"))
+        .alias("id"),
+        F.row_number().over(total).cast("long").alias("total_order"),
+        F.row_number().over(per_table).cast("long").alias("data_collection_order"),
+    )  # fmt: skip
+    return envelopes.withColumn("transaction", F.when(is_data, block))
+
+
+def transaction_events(envelopes: DataFrame) -> DataFrame:
+    """A BEGIN and an END event per transaction with data changes in `envelopes`."""
+    data = envelopes.where(F.col("transaction").isNotNull())
+    per_table = data.groupBy(
+        "commit_lsn", "transaction.id", "source.txId", "source.ts_ms", "staged_file",
+        "source_table",
+    ).agg(F.count(F.lit(1)).alias("n"))  # fmt: skip
+    collection = F.struct(F.col("source_table").alias("data_collection"),
+                          F.col("n").alias("event_count"))  # fmt: skip
+    tx = per_table.groupBy("commit_lsn", "id", "txId", "ts_ms", "staged_file").agg(
+        F.sum("n").alias("event_count"), F.sort_array(F.collect_list(collection)).alias("dc")
+    )
+    no_count = F.lit(None).cast("long")
+    no_collections = F.lit(None).cast(TRANSACTIONS["data_collections"].dataType)
+    begin = tx.select(F.lit("BEGIN").alias("status"), "id", "ts_ms",
+                      no_count.alias("event_count"), no_collections.alias("data_collections"),
+                      "commit_lsn", "txId", "staged_file")  # fmt: skip
+    end = tx.select(F.lit("END").alias("status"), "id", "ts_ms", "event_count",
+                    F.col("dc").alias("data_collections"), "commit_lsn", "txId",
+                    "staged_file")  # fmt: skip
+    return begin.unionByName(end)
+
+
+def _append_transactions(
+    spark: SparkSession, lake: Lake, envelopes: DataFrame, group: Sequence[StagedFile]
+) -> None:
+    """Commit the BEGIN/END events of the files in `group` not yet in the transactions table."""
+    mark = read_watermark(spark, lake.transactions, TRANSACTIONS_WATERMARK)
+    done = Lsn.parse(str(mark[TRANSACTIONS_WATERMARK])) if mark else ZERO
+    todo = [f for f in group if f.end > done]
+    if not todo:
+        return
+    if not DeltaTable.isDeltaTable(spark, lake.transactions):
+        DeltaTable.createIfNotExists(spark).location(lake.transactions).addColumns(
+            TRANSACTIONS
+        ).execute()
+    events = transaction_events(envelopes.where(F.col("staged_file").isin([f.id for f in todo])))
+    end = todo[-1].end
+    with committing(spark, {TRANSACTIONS_WATERMARK: str(end)}):
+        (
+            events.write.format("delta").mode("append")
+            .option("txnAppId", CAPTURE_APP).option("txnVersion", end.value)
+            .save(lake.transactions)
+        )  # fmt: skip
 
 
 def _groups(

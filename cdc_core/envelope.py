@@ -133,12 +133,14 @@ class _Rows:
         )
 
 
-def _texts(raw: bytes, columns: Sequence[str]) -> tuple[dict[str, str | None], list[str]]:
+def _texts(
+    raw: bytes, columns: Sequence[str], placeholder: str = UNAVAILABLE
+) -> tuple[dict[str, str | None], list[str]]:
     values: dict[str, str | None] = {}
     unchanged: list[str] = []
     for name, value in zip(columns, po.tuple_values(raw), strict=True):
         if value is po.UNCHANGED:
-            values[name] = UNAVAILABLE
+            values[name] = placeholder
             unchanged.append(name)
         else:
             values[name] = None if value is None else bytes(value).decode()  # type: ignore[call-overload]
@@ -151,8 +153,11 @@ def _key(row: Mapping[str, str | None] | None, key: Sequence[str]) -> dict[str, 
     return {k: row[k] for k in key}
 
 
-def envelopes(rows: pa.RecordBatch, context: Mapping[str, StagedContext]) -> pa.RecordBatch:
-    """Staged change rows (with a `_file` column naming their staged file) -> envelope rows."""
+def envelopes(
+    rows: pa.RecordBatch, context: Mapping[str, StagedContext], placeholder: str = UNAVAILABLE
+) -> pa.RecordBatch:
+    """Staged change rows (with a `_file` column naming their staged file) -> envelope rows;
+    `placeholder` stands in `after` for unchanged TOASTed values (`unchanged` names them)."""
     out = _Rows()
     for row in rows.to_pylist():
         ctx = context[row["_file"]]
@@ -167,7 +172,7 @@ def envelopes(rows: pa.RecordBatch, context: Mapping[str, StagedContext]) -> pa.
         if op == "t":
             out.add(op="t", **common)
         else:
-            _change(out, op, bytes(row["message"]), rel, common)
+            _change(out, op, bytes(row["message"]), rel, common, placeholder=placeholder)
     return out.batch()
 
 
@@ -200,17 +205,18 @@ def _message(out: _Rows, row: Mapping[str, object], common: Mapping[str, object]
 
 
 def _change(
-    out: _Rows, op: str, message: bytes, rel: RelationDescriptor, common: Mapping[str, object]
-) -> None:
+    out: _Rows, op: str, message: bytes, rel: RelationDescriptor, common: Mapping[str, object],
+    *, placeholder: str,
+) -> None:  # fmt: skip
     names = [c.name for c in rel.columns]
     _, old_kind, old_raw, last = po.split_row_change(message)
     tail: bytes | None = last
     if op == "d":
         old_raw, tail = last, None
-    after, unchanged = _texts(tail, names) if tail is not None else (None, [])
+    after, unchanged = _texts(tail, names, placeholder) if tail is not None else (None, [])
     before: dict[str, str | None] | None = None
     if old_raw is not None:
-        before, _ = _texts(old_raw, names)
+        before, _ = _texts(old_raw, names, placeholder)
         if old_kind == "K":  # an old key: only the identity columns were sent
             identity = {c.name for c in rel.columns if c.in_identity}
             before = {k: v for k, v in before.items() if k in identity}
@@ -231,8 +237,9 @@ def _change(
 
 
 def decode_partition(
-    batches: Iterator[pa.RecordBatch], context: Mapping[str, StagedContext]
-) -> Iterator[pa.RecordBatch]:
+    batches: Iterator[pa.RecordBatch], context: Mapping[str, StagedContext],
+    placeholder: str = UNAVAILABLE,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The `mapInArrow` function of the bronze job."""
     for batch in batches:
-        yield envelopes(batch, context)
+        yield envelopes(batch, context, placeholder)

@@ -36,5 +36,10 @@ class Lake:
     def bronze(self) -> str:
         return f"{self.root}/bronze"
 
+    @property
+    def transactions(self) -> str:
+        """BEGIN and END events (provide.transaction.metadata)."""
+        return f"{self.root}/transactions"
+
     def silver(self, table: TableName) -> str:
         return f"{self.root}/silver/{table.schema}/{table.name}"

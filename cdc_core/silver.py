@@ -12,6 +12,7 @@ identical rows.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 from delta.tables import DeltaMergeBuilder, DeltaTable
@@ -25,7 +26,7 @@ from cdc_core.lake import Lake
 from cdc_core.lake_state import committing, read_watermark
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
-from cdc_core.silver_shape import SchemaChangeError, TableShape, table_shape
+from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
 from cdc_core.silver_table import ensure_silver, register, sql_name, table_version
 
 WATERMARK = "silver_applied"
@@ -42,6 +43,16 @@ class SilverSettings:
     soft_delete: bool = False
     register: bool = False
     database: str = "cdc"
+    propagate_columns: tuple[str, ...] = ()  # anchored regexes over schema.table.column
+    propagate_types: tuple[str, ...] = ()  # anchored regexes over schema.table.<type name>
+
+    def propagates(self, table: str, column: SilverColumn) -> bool:
+        """Whether the column's silver field metadata carries its source type."""
+        name = f"{table}.{column.name}"
+        kind = f"{table}.{'_' if column.pg.array else ''}{column.pg.name}"
+        return any(re.fullmatch(p, name) for p in self.propagate_columns) or any(
+            re.fullmatch(p, kind) for p in self.propagate_types
+        )
 
 
 @dataclass(frozen=True)
@@ -76,7 +87,7 @@ def apply_table(
     history = schema_history(lake, table.qualified)
     if not history:
         return TableResult(table.qualified, 0)  # nothing captured for it yet
-    shape = table_shape(history, settings.modes)
+    shape = table_shape(history, settings.modes, settings.propagates)
     path = lake.silver(table)
     ensure_silver(spark, path, shape)
     if settings.register:

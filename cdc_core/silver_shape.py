@@ -9,7 +9,7 @@ with an error naming the table, the column, both types and what to do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ from cdc_core.errors import TerminalError
 from cdc_core.events import RelationDescriptor
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import ColumnType, SilverType, TypeModes, silver_type
+from cdc_core.pgtypes.scalars import numeric_typmod
 
 CDC_COLUMNS = T.StructType(
     [
@@ -38,6 +39,9 @@ MULTISET_COLUMNS = T.StructType(
         T.StructField("_cdc_count", T.LongType()),  # how many identical rows the source has
     ]
 )
+
+SOURCE_TYPE_KEYS = tuple(f"__debezium.source.column.{k}" for k in ("type", "length", "scale"))
+_TEMPORAL = {"time", "timetz", "timestamp", "timestamptz", "interval"}
 
 _WIDER = {("short", "int"), ("short", "long"), ("int", "long"), ("float", "double")}
 
@@ -63,23 +67,50 @@ class TableShape:
     columns: tuple[SilverColumn, ...]
     key: tuple[str, ...]  # primary key; empty: rows are a multiset identified by content
     identity: ReplicaIdentity
+    source_typed: frozenset[str] = frozenset()  # columns whose field metadata has their pg type
 
     @property
     def qualified(self) -> str:
         return f"{self.schema}.{self.table}"
 
     def spark_schema(self) -> T.StructType:
-        fields = [T.StructField(c.name, spark_type(c.silver)) for c in self.columns]
+        fields = [
+            T.StructField(c.name, spark_type(c.silver),
+                          metadata=source_type(c.pg) if c.name in self.source_typed else None)
+            for c in self.columns
+        ]  # fmt: skip
         extra = CDC_COLUMNS.fields + (MULTISET_COLUMNS.fields if not self.key else [])
         return T.StructType(fields + list(extra))
+
+
+def source_type(pg: ColumnType) -> dict[str, str]:
+    """Debezium's `__debezium.source.column.{type,length,scale}` for a column's type: the
+    upper-cased type name (`_` before an array's element), the length of varchar(n), char(n),
+    bit(n), the precision and scale of numeric(p,s), the fractional digits of time types."""
+    type_key, length_key, scale_key = SOURCE_TYPE_KEYS
+    out = {type_key: (("_" if pg.array else "") + pg.name).upper()}
+    m = pg.modifier
+    if pg.name in ("varchar", "bpchar") and m >= 4:
+        out |= {length_key: str(m - 4), scale_key: "0"}
+    elif pg.name in ("bit", "varbit") and m >= 0:
+        out |= {length_key: str(m), scale_key: "0"}
+    elif pg.name == "numeric" and (ps := numeric_typmod(m)) is not None:
+        out |= {length_key: str(ps[0]), scale_key: str(ps[1])}
+    elif pg.name in _TEMPORAL and m >= 0 and (p := m & 0xFFFF) != 0xFFFF:  # interval: low bits
+        out |= {scale_key: str(p)}
+    return out
 
 
 def column_type(c: object) -> ColumnType:
     return ColumnType(c.base_type, c.base_kind, c.base_modifier, c.is_array)  # type: ignore[attr-defined]
 
 
-def table_shape(history: Sequence[tuple[int, RelationDescriptor]], modes: TypeModes) -> TableShape:
-    """The union of every shape in `history` (oldest first); the newest key and identity win."""
+def table_shape(
+    history: Sequence[tuple[int, RelationDescriptor]], modes: TypeModes,
+    propagates: Callable[[str, SilverColumn], bool] | None = None,
+) -> TableShape:  # fmt: skip
+    """The union of every shape in `history` (oldest first); the newest key and identity win.
+    `propagates(schema.table, column)`: whether the column's field metadata has its type."""
     if not history:
         raise TerminalError("no schema recorded for this table yet")
     columns: dict[str, SilverColumn] = {}
@@ -92,8 +123,10 @@ def table_shape(history: Sequence[tuple[int, RelationDescriptor]], modes: TypeMo
             if old is not None and old.silver != new.silver:
                 new = _widened(f"{descriptor.schema}.{descriptor.table}", old, new)
             columns[c.name] = new
+    qualified = f"{newest.schema}.{newest.table}"
+    typed = frozenset(c.name for c in columns.values() if propagates and propagates(qualified, c))
     return TableShape(newest.schema, newest.table, tuple(columns.values()), newest.primary_key,
-                      newest.replica_identity)  # fmt: skip
+                      newest.replica_identity, typed)  # fmt: skip
 
 
 def _widened(table: str, old: SilverColumn, new: SilverColumn) -> SilverColumn:

@@ -44,7 +44,10 @@ def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
         return
     existing = {f.name: f.dataType for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
     added = [f for f in wanted.fields if f.name not in existing]
-    if added:
+    if any(f.metadata for f in added):  # SQL cannot set field metadata; a schema merge can
+        empty = spark.createDataFrame([], T.StructType(added))
+        empty.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+    elif added:
         columns = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in added)
         spark.sql(f"ALTER TABLE {sql_name(path)} ADD COLUMNS ({columns})")
     for f in wanted.fields:

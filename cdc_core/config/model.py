@@ -348,6 +348,21 @@ class SourceConfig:
                       "nothing is skipped by default: a mirror that ignores TRUNCATE is not one",
                       key="skipped.operations", debezium="skipped.operations"),
     )  # fmt: skip
+    provide_transaction_metadata: bool = field(
+        default=False,
+        metadata=meta("fill each change's transaction block (id <txId>:<commit LSN>, "
+                      "total_order, data_collection_order) and record a BEGIN and an END event "
+                      "per transaction (event_count, data_collections) in the Delta table "
+                      "<root>/transactions", key="provide.transaction.metadata",
+                      debezium="provide.transaction.metadata"),
+    )  # fmt: skip
+    unavailable_value_placeholder: str = field(
+        default="__debezium_unavailable_value",
+        metadata=meta("what bronze's `after` holds for an unchanged TOASTed value the server "
+                      "did not send (the envelope's `unchanged` names those columns; silver "
+                      "keeps the stored value)", key="unavailable.value.placeholder",
+                      debezium="unavailable.value.placeholder"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         for key, value in self.column_transforms.items():
@@ -563,6 +578,21 @@ class SilverConfig:
         default="json",
         metadata=meta("hstore as a JSON string, or as map<string,string>",
                       key="hstore.handling.mode", debezium="hstore.handling.mode"),
+    )  # fmt: skip
+    column_propagate_source_type: RegexList = field(
+        default=RegexList(),
+        metadata=meta("silver columns whose schema.table.column matches carry their source "
+                      "type in the Delta field metadata: __debezium.source.column.type, "
+                      ".length and .scale, as when the column was created in silver",
+                      key="column.propagate.source.type",
+                      debezium="column.propagate.source.type"),
+    )  # fmt: skip
+    datatype_propagate_source_type: RegexList = field(
+        default=RegexList(),
+        metadata=meta("the same, for columns whose schema.table.<type name> matches, with "
+                      "PostgreSQL's type name (e.g. public.orders.varchar, .*\\.numeric)",
+                      key="datatype.propagate.source.type",
+                      debezium="datatype.propagate.source.type"),
     )  # fmt: skip
 
 

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import psycopg
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from cdc_core import faults
+from cdc_core.bronze import BronzeOptions, append_staged
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
+from cdc_core.stager import staged_files
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok as ingest
 from tests.integration.harness import make_pipeline, sql
@@ -223,3 +227,97 @@ def test_replica_identity_is_set_at_start_where_asked(
     sql(dsn, "UPDATE nokey SET b = 'w' WHERE a <= 3", "DELETE FROM nokey WHERE a > 8")
     ingest(p)
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "nokey")) == 8
+
+
+def test_transaction_metadata_placeholder_and_source_types(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(
+        dsn,
+        "CREATE TABLE acct (id int PRIMARY KEY, name varchar(40), amount numeric(10,2), big text)",
+        "CREATE TABLE audit (id serial PRIMARY KEY, what text)",
+    )
+    p = make_pipeline(
+        tmp_path, dsn, ["public.acct", "public.audit"],
+        source_extra="provide.transaction.metadata: true\n"
+                     "unavailable.value.placeholder: '<toasted>'\n",
+        extra="silver:\n  column.propagate.source.type: public\\.acct\\.(name|tag)\n"
+              "  datatype.propagate.source.type: .*\\.numeric\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0  # the slot: changes from here on
+    big = "".join(f"{i:08x}" for i in range(40_000))  # 320 kB that does not compress: TOASTed
+    xids = []
+    with psycopg.connect(dsn) as conn:
+        for statements in (
+            ["INSERT INTO acct VALUES (1, 'ann', 10.50, %(big)s), (2, 'bob', 3, 'small')",
+             "INSERT INTO audit (what) VALUES ('opened')"],
+            ["UPDATE acct SET amount = amount + 1 WHERE id = 1",  # big is not resent
+             "UPDATE acct SET id = 3 WHERE id = 2"],  # a key change: d, then c
+            ["INSERT INTO audit (what) VALUES ('a'), ('b')", "DELETE FROM acct WHERE id = 3"],
+        ):  # fmt: skip
+            for s in statements:
+                conn.execute(s, {"big": big} if "%(big)s" in s else None)
+            xids.append(conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0])  # type: ignore[index]
+            conn.commit()
+        conn.execute("SELECT pg_logical_emit_message(true, 'note', 'alone')")
+        conn.commit()
+    assert p.ingest("--capture-only").returncode == 0
+
+    def crash() -> None:
+        raise RuntimeError("killed between the transactions commit and the bronze commit")
+
+    with faults.hooked("bronze.between_commits", crash), pytest.raises(RuntimeError):
+        append_staged(spark, p.lake, staged_files(p.lake.changes),
+                      options=BronzeOptions(transaction_metadata=True))  # fmt: skip
+    ingest(p)  # bronze and silver, after the crash
+    ingest(p)  # and nothing new: nothing twice
+
+    tx = spark.read.format("delta").load(p.lake.transactions)
+    ends = {r["txId"]: r for r in tx.where("status = 'END'").collect()}
+    assert tx.where("status = 'BEGIN'").count() == len(ends) == 3
+    assert sorted(ends) == sorted(xids)
+    counts = [(ends[x]["event_count"], [tuple(c) for c in ends[x]["data_collections"]])
+              for x in xids]  # fmt: skip
+    assert counts == [
+        (3, [("public.acct", 2), ("public.audit", 1)]),
+        (3, [("public.acct", 3)]),
+        (3, [("public.acct", 1), ("public.audit", 2)]),
+    ]
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    events = bronze.where("op != 'm'").orderBy("commit_lsn", "transaction.total_order").collect()
+    assert len(events) == 9
+    for e in events:
+        assert e["transaction"]["id"] == f"{e['source']['txId']}:{e['commit_lsn']}"
+        assert e["transaction"]["id"] == ends[e["source"]["txId"]]["id"]
+    middle = [(e["op"], e["transaction"]["total_order"], e["transaction"]["data_collection_order"])
+              for e in events if e["source"]["txId"] == xids[1]]  # fmt: skip
+    assert middle == [("u", 1, 1), ("d", 2, 2), ("c", 3, 3)]
+    assert [e["transaction"]["data_collection_order"] for e in events
+            if e["source"]["txId"] == xids[2]] == [1, 2, 1]  # fmt: skip
+    (note,) = bronze.where("op = 'm'").collect()
+    assert note["transaction"] is None
+    (update,) = [e for e in events if e["op"] == "u"]
+    assert json.loads(update["after"])["big"] == "<toasted>"
+    assert update["unchanged"] == ["big"]
+
+    silver_path = p.lake.silver(TableName("public", "acct"))
+    silver = spark.read.format("delta").load(silver_path)
+    assert [(r["id"], r["big"] == big) for r in silver.collect()] == [(1, True)]  # kept
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "acct")) == 1
+    fields = {f.name: f.metadata for f in silver.schema.fields}
+    source = "__debezium.source.column."
+    assert fields["name"] == {f"{source}type": "VARCHAR", f"{source}length": "40",
+                              f"{source}scale": "0"}  # fmt: skip
+    assert fields["amount"] == {f"{source}type": "NUMERIC", f"{source}length": "10",
+                                f"{source}scale": "2"}  # fmt: skip
+    assert fields["id"] == fields["big"] == {}
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "audit")) == 3
+
+    sql(dsn, "ALTER TABLE acct ADD COLUMN tag varchar(9)",
+        "INSERT INTO acct VALUES (4, 'dan', 1, 'x', 'new')")  # fmt: skip
+    ingest(p)  # a column added later carries its type too
+    silver = spark.read.format("delta").load(silver_path)
+    assert silver.schema["tag"].metadata == {f"{source}type": "VARCHAR", f"{source}length": "9",
+                                             f"{source}scale": "0"}  # fmt: skip
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "acct")) == 2
