@@ -10,8 +10,11 @@ where the previous run stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,9 +22,10 @@ from typing import TYPE_CHECKING
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
 from cdc_core.config import Config
-from cdc_core.errors import TerminalError, UsageError
+from cdc_core.errors import TerminalError, TransientError, UsageError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.metrics import Totals, freshness, iso, last_batch, now_us, record_batch
 from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import run_doctor
 from cdc_core.pg.slot import autoset_replica_identity
@@ -30,6 +34,8 @@ from cdc_core.start import start
 log = logging.getLogger("cdc_core.pipeline")
 
 if TYPE_CHECKING:  # the Spark side loads only when a run needs Spark (not --capture-only)
+    from pyspark.sql import SparkSession
+
     from cdc_core.bronze import BronzeSummary
     from cdc_core.silver import TableResult
 
@@ -73,10 +79,34 @@ class RunSummary:
 
 
 def run(config: Config, options: RunOptions) -> RunSummary:
-    """One run of a pipeline; raises `CdcError` subclasses whose type says whether to retry."""
-    if options.continuous:
-        raise UsageError("--continuous is not available in this version: run with --once")
+    """A run of a pipeline: one batch, or (`--continuous`) batches until SIGTERM or SIGINT.
+    Raises `CdcError` subclasses whose type says whether to retry."""
     started = time.monotonic()
+    pipeline = config.pipeline
+    _check_source(config)
+    lake = Lake(pipeline.target.root)
+    if options.capture_only:
+        if options.continuous:
+            raise UsageError("--capture-only runs once: drop --continuous")
+        begun = start(config, lake)
+        if begun.jobs:
+            log.warning("snapshot %s waits for a run with Spark (--capture-only reads no snapshot)",
+                        ", ".join(j.id for j in begun.jobs))  # fmt: skip
+        captured = None
+        if begun.decision.stream:
+            heartbeat(config, lake)
+            captured = capture(config, lake)
+        return RunSummary(pipeline.name, lake.root, captured, None, (), time.monotonic() - started)
+    from cdc_core.spark import build_spark  # the JVM starts only once the source is known good
+
+    spark = build_spark(config.env.spark, f"cdc-{pipeline.name}")
+    totals = Totals()
+    if not options.continuous:
+        return batch(spark, config, lake, totals)
+    return _continuous(spark, config, lake, options, totals)
+
+
+def _check_source(config: Config) -> None:
     pipeline = config.pipeline
     with connect(pipeline.source.dsn) as conn:  # unreachable server -> TransientError, exit 75
         rules = pipeline.source.replica_identity_autoset_values
@@ -90,23 +120,75 @@ def run(config: Config, options: RunOptions) -> RunSummary:
             f"pipeline {pipeline.name}: the source is not ready ({failed}); "
             f"run `cdc doctor --pipeline {pipeline.name}` for the fixes"
         )
-    lake = Lake(pipeline.target.root)
-    begun = start(config, lake)
-    streaming = begun.decision.stream
-    if options.capture_only:
-        if begun.jobs:
-            log.warning("snapshot %s waits for a run with Spark (--capture-only reads no snapshot)",
-                        ", ".join(j.id for j in begun.jobs))  # fmt: skip
-        if streaming:
-            heartbeat(config, lake)
-        captured = capture(config, lake) if streaming else None
-        return RunSummary(pipeline.name, lake.root, captured, None, (), time.monotonic() - started)
+
+
+def _continuous(
+    spark: SparkSession, config: Config, lake: Lake, options: RunOptions, totals: Totals
+) -> RunSummary:
+    """Batches every `capture.trigger_interval_s` until SIGTERM/SIGINT (the batch in hand
+    finishes) or `--max-batches`; transient failures are retried with backoff."""
+    stop = threading.Event()
+
+    def stopping(signum: int, _frame: object) -> None:
+        log.info("%s: finishing the batch in hand, then stopping", signal.Signals(signum).name)
+        stop.set()
+
+    settings = config.pipeline.capture
+    if config.pipeline.snapshot.mode == "initial_only":
+        raise UsageError("snapshot.mode initial_only does not stream: run it without --continuous")
+    previous = {s: signal.signal(s, stopping) for s in (signal.SIGTERM, signal.SIGINT)}
+    last: RunSummary | None = None
+    failures = 0
+    try:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                last = batch(spark, config, lake, totals)
+            except TransientError as e:
+                failures += 1
+                if failures > settings.retries:
+                    raise
+                wait = min(settings.retry_backoff_s * 2 ** (failures - 1), 30.0)
+                log.warning("batch failed (%s); retry %d of %d in %.0f s",
+                            e, failures, settings.retries, wait)  # fmt: skip
+                stop.wait(wait)
+                continue
+            failures = 0
+            config = _after_first_batch(config)
+            log.info("batch %d: %s", totals.batches, last.describe())
+            if options.max_batches is not None and totals.batches >= options.max_batches:
+                break
+            stop.wait(max(0.0, settings.trigger_interval_s - (time.monotonic() - began)))
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if last is None:
+        raise TerminalError("stopped before the first batch finished")
+    return last
+
+
+def _after_first_batch(config: Config) -> Config:
+    """snapshot.mode always snapshots once per run, not once per batch."""
+    snap = config.pipeline.snapshot
+    if snap.mode != "always":
+        return config
+    pipeline = dataclasses.replace(
+        config.pipeline, snapshot=dataclasses.replace(snap, mode="initial")
+    )
+    return dataclasses.replace(config, pipeline=pipeline)
+
+
+def batch(spark: SparkSession, config: Config, lake: Lake, totals: Totals) -> RunSummary:
+    """One batch: decide, finish pending work, read snapshots, capture, bronze, silver; records
+    the batch's line in `_state/batches.jsonl`."""
     from cdc_core.apply import apply_staged, finish_snapshots
     from cdc_core.bronze import BronzeSummary
     from cdc_core.snapshot_read import read_jobs
-    from cdc_core.spark import build_spark  # the JVM starts only once the source is known good
 
-    spark = build_spark(config.env.spark, f"cdc-{pipeline.name}")
+    started, started_us = time.monotonic(), now_us()
+    pipeline = config.pipeline
+    begun = start(config, lake)
+    streaming = begun.decision.stream
     # what an earlier run left goes in before snapshot reads; without reads, one pass does all
     pending = (
         apply_staged(spark, lake, config, streaming=streaming)
@@ -131,6 +213,7 @@ def run(config: Config, options: RunOptions) -> RunSummary:
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
     applied = apply_staged(spark, lake, config, streaming=streaming)
+    visible_us = now_us()
     merged = _merge_results(pending[1], applied[1])
     finished = finish_snapshots(
         spark, lake, config, begun.jobs, results=merged, frontier=applied[2]
@@ -138,11 +221,47 @@ def run(config: Config, options: RunOptions) -> RunSummary:
     bronze = BronzeSummary(
         pending[0].files + applied[0].files, pending[0].changes + applied[0].changes, applied[0].end
     )
+    summary = RunSummary(pipeline.name, lake.root, captured, bronze, tuple(merged),
+                         time.monotonic() - started, read, tuple(finished))  # fmt: skip
+    _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs))
     errors = [t.error for t in merged if t.error]
     if errors:
         raise TerminalError("; ".join(errors))
-    return RunSummary(pipeline.name, lake.root, captured, bronze, tuple(merged),
-                      time.monotonic() - started, read, tuple(finished))  # fmt: skip
+    return summary
+
+
+def _record(
+    lake: Lake, summary: RunSummary, totals: Totals, started_us: int, visible_us: int, *,
+    snapshots: bool,
+) -> None:  # fmt: skip
+    captured = summary.capture
+    files = captured.files if captured else ()
+    fresh = freshness([lake.changes / str(f) for f in files], visible_us)
+    changes = captured.changes if captured else 0
+    transactions = captured.transactions if captured else 0
+    totals.batches += 1
+    totals.events += changes
+    totals.transactions += transactions
+    previous = last_batch(lake)
+    number = int(previous.get("batch", 0)) + 1 if previous else 1
+    record_batch(lake, {
+        "pipeline": summary.pipeline, "batch": number,
+        "started_at": iso(started_us), "ended_at": iso(now_us()),
+        "seconds": round(summary.seconds, 3),
+        "lsn_from": str(files[0].start) if files else None,
+        "lsn_to": str(files[-1].end) if files else None,
+        "confirmed": str(captured.confirmed) if captured else None,
+        "changes": changes, "transactions": transactions,
+        "bronze_changes": summary.bronze.changes if summary.bronze else 0,
+        "silver_changes": sum(t.changes for t in summary.silver),
+        "freshness_p50_s": fresh.p50_s, "freshness_p99_s": fresh.p99_s,
+        "freshness_max_s": fresh.max_s,
+        "MilliSecondsBehindSource": None if fresh.newest_s is None else int(fresh.newest_s * 1000),
+        "TotalNumberOfEventsSeen": totals.events,
+        "NumberOfCommittedTransactions": totals.transactions,
+        "SnapshotRunning": snapshots, "RowsScanned": summary.snapshot_rows,
+        "errors": [t.error for t in summary.silver if t.error],
+    })  # fmt: skip
 
 
 def _merge_results(first: list[TableResult], second: list[TableResult]) -> list[TableResult]:

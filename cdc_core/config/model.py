@@ -526,6 +526,11 @@ class CaptureConfig:
     retry_backoff_s: float = field(
         default=1.0, metadata=meta("first wait between retries; doubles each time, at most 30 s")
     )
+    trigger_interval_s: float = field(
+        default=5.0,
+        metadata=meta("--continuous: a batch starts at most this often (seconds); one that "
+                      "takes longer is followed at once"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         for key in ("chunk_changes", "file_changes", "peek_changes"):
@@ -533,6 +538,8 @@ class CaptureConfig:
                 raise FieldError(key, f"{getattr(self, key)} must be at least 1")
         if self.retries < 0:
             raise FieldError("retries", f"{self.retries} must be 0 or more")
+        if self.trigger_interval_s < 0:
+            raise FieldError("trigger_interval_s", f"{self.trigger_interval_s} is negative")
 
 
 @dataclass(frozen=True)
