@@ -114,6 +114,9 @@ def _check_source(config: Config) -> None:
             for change in autoset_replica_identity(conn, pipeline.source.tables, rules.for_table):
                 log.info("replica.identity.autoset.values: %s", change)
     report = run_doctor(config)
+    for c in report.checks:
+        if c.status == "warn":
+            log.warning("%s: %s (%s)", c.name, c.detail, c.fix)
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if c.status == "fail")
         raise TerminalError(

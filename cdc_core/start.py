@@ -23,7 +23,7 @@ from cdc_core.lsn import Lsn
 from cdc_core.pg.catalog import table_columns, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.pgoutput import ReplicaIdentity
-from cdc_core.pg.slot import ensure_publication, ensure_slot, slot_state
+from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
 from cdc_core.signals import SignalProblem, SnapshotRequest, StopRequest, parse_signal, read_signals
 from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job
 from cdc_core.snapshot_modes import Decision, StartState, decide
@@ -61,7 +61,8 @@ def start(config: Config, lake: Lake) -> RunStart:
         state = _start_state(conn, config, lake, jobs)
         decision = decide(config.pipeline.snapshot.mode, state)
         if decision.fail:
-            raise TerminalError(f"pipeline {config.pipeline.name}: {decision.fail}")
+            why = _slot_trouble(slot_state(conn, source.slot), source.slot)
+            raise TerminalError(f"pipeline {config.pipeline.name}: {why}{decision.fail}")
         slot = None
         if decision.stream or decision.new_slot:
             ensure_publication(
@@ -92,6 +93,16 @@ def _start_state(conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
         snapshot_unfinished=any(not j.finished for j in initial),
         position_available=available,
     )
+
+
+def _slot_trouble(slot: SlotState | None, name: str) -> str:
+    """What happened to the slot, for the error that stops the run."""
+    if slot is None:
+        return f"replication slot {name} does not exist; "
+    if slot.wal_status == "lost":
+        return (f"replication slot {name} is lost (wal_status = lost: the server removed WAL "
+                "it still needed, see max_slot_wal_keep_size); ")  # fmt: skip
+    return f"replication slot {name} was recreated (it starts after the stored position); "
 
 
 def _check_keys(conn: Conn, config: Config) -> None:

@@ -19,7 +19,7 @@ from cdc_core.pg.catalog import Connection, RoleInfo, TableInfo
 from cdc_core.pg.connect import connect
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
-Status = Literal["pass", "fail", "skip"]
+Status = Literal["pass", "warn", "fail", "skip"]  # warn: the run goes on, and says so
 
 MIN_SERVER_VERSION = 140000  # pgoutput protocol 2: streamed transactions and logical messages
 REQUIRED_OPERATIONS = ("insert", "update", "delete")
@@ -305,12 +305,19 @@ def _slot(ctx: _Context) -> Check:
         problems.append(f"uses plugin {slot.plugin}, not pgoutput")
     if slot.database not in (None, ctx.database.name):
         problems.append(f"belongs to database {_q(slot.database)}")
-    if slot.wal_status == "lost":
-        problems.append("lost the WAL it needs (wal_status lost)")
     if problems:
         drop = ctx.render("SELECT pg_drop_replication_slot({});", sql.Literal(slot.name))
         fix = f"{drop}\nor choose another name: {ctx.pipeline_file}: source.slot"
         return Check("slot", "fail", f"{name} " + ", ".join(problems), fix)
+    if slot.wal_status == "lost":  # the run decides: snapshot.mode says whether to start over
+        mode = f"{ctx.pipeline_file}: snapshot.mode"
+        return Check(
+            "slot", "warn",
+            f"{name} lost the WAL it needs (wal_status lost): changes since its position are "
+            "gone from the server",
+            f"{mode} when_needed (or always) takes a new slot and a new snapshot by itself; "
+            "with initial or no_data the run stops",
+        )  # fmt: skip
     state = f"active (pid {slot.active_pid})" if slot.active_pid is not None else "inactive"
     return Check("slot", "pass", f"{name} exists: logical, pgoutput, {state}")
 
@@ -405,8 +412,9 @@ _STEPS: tuple[tuple[str, Callable[[_Context], Check | list[Check]]], ...] = (
     ("encoding", _encoding),
 )
 
-_LABELS: dict[Status, str] = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
-_COLORS: dict[Status, str] = {"pass": "\033[32m", "fail": "\033[31m", "skip": "\033[33m"}
+_LABELS: dict[Status, str] = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "skip": "SKIP"}
+_COLORS: dict[Status, str] = {"pass": "\033[32m", "warn": "\033[33m", "fail": "\033[31m",
+                              "skip": "\033[33m"}  # fmt: skip
 _NAME_WIDTH = 40  # a longer name (a long table name) pushes its own detail right, not all
 
 
@@ -423,6 +431,8 @@ def format_report(report: DoctorReport, *, color: bool = False) -> str:
             lines.extend(f"           {line}" for line in rest)
     counts = Counter(c.status for c in report.checks)
     summary = f"{counts['pass']} passed, {counts['fail']} failed"
+    if counts["warn"]:
+        summary += f", {counts['warn']} warnings"
     if counts["skip"]:
         summary += f", {counts['skip']} not run"
     return "\n".join([*lines, summary])
