@@ -1,4 +1,4 @@
-"""The `cdc` command: doctor, snapshot requests, the local PostgreSQL, the demo, the workload.
+"""The `cdc` command: doctor, status, snapshot requests, the local PostgreSQL, demo and workload.
 
 Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
 75 transient, 1 anything else) and prints one clear line on stderr; `--debug` adds the
@@ -59,6 +59,18 @@ def _doctor(args: argparse.Namespace) -> int:
     report = run_doctor(config)
     print(format_report(report, color=sys.stdout.isatty()))
     return EXIT_OK if report.ok else EXIT_USAGE
+
+
+def _status(args: argparse.Namespace) -> int:
+    from cdc_core.config import load_pipeline
+    from cdc_core.status import format_json, format_status, gather_status
+
+    if args.stale_after <= 0:
+        raise UsageError(f"cdc status: --stale-after {args.stale_after:g}: give seconds above 0")
+    config = load_pipeline(args.pipeline, args.env)
+    status = gather_status(config, stale_after_s=args.stale_after)
+    print(format_json(status) if args.json else format_status(status))
+    return status.exit_code
 
 
 def _snapshot(args: argparse.Namespace) -> int:
@@ -145,6 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
     p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
     p.set_defaults(run=_doctor)
+
+    p = sub.add_parser("status", help="slot, last batch, tables and pending work of a pipeline")
+    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
+    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    p.add_argument(
+        "--stale-after", type=float, default=3600.0, metavar="SECONDS",
+        help="a pipeline whose last batch ended longer ago is stale (exit 1), default 3600",
+    )  # fmt: skip
+    p.set_defaults(run=_status)
 
     p = sub.add_parser("snapshot", help="request a snapshot of a table for the next run")
     p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")

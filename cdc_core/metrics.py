@@ -16,13 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _TAIL_BYTES = 64 << 10  # a batch line is far smaller
 
@@ -105,3 +108,91 @@ def record_batch(lake: Lake, record: dict[str, Any]) -> None:
         f.write(json.dumps(record, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+_PROMETHEUS = (  # (metric, batch-line key, type, help)
+    ("cdc_milliseconds_behind_source", "MilliSecondsBehindSource", "gauge",
+     "lag of the newest change of the last batch, commit to visible in silver"),
+    ("cdc_total_number_of_events_seen", "TotalNumberOfEventsSeen", "counter",
+     "changes staged by this process"),
+    ("cdc_number_of_committed_transactions", "NumberOfCommittedTransactions", "counter",
+     "transactions staged by this process"),
+    ("cdc_snapshot_running", "SnapshotRunning", "gauge", "1 while a snapshot is being read"),
+    ("cdc_rows_scanned", "RowsScanned", "gauge", "snapshot rows read by the last batch"),
+    ("cdc_batch_seconds", "seconds", "gauge", "duration of the last batch"),
+    ("cdc_batch_changes", "changes", "gauge", "changes staged by the last batch"),
+    ("cdc_batch_number", "batch", "counter", "batches run by the pipeline"),
+)  # fmt: skip
+
+
+def prometheus_text(record: dict[str, Any]) -> str:
+    """The batch line in Prometheus' text exposition format (for node_exporter's textfile
+    collector): Debezium's metric names in snake case, labelled by pipeline."""
+    pipeline = str(record["pipeline"]).replace("\\", "\\\\").replace('"', '\\"')
+    label = f'{{pipeline="{pipeline}"}}'
+    lines = []
+    for name, key, kind, text in _PROMETHEUS:
+        value = record.get(key)
+        if value is None:
+            continue
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+    lines += ["# HELP cdc_freshness_seconds commit to visible in silver, changes of the last batch",
+              "# TYPE cdc_freshness_seconds gauge"]  # fmt: skip
+    for q, key in (
+        ("0.5", "freshness_p50_s"),
+        ("0.99", "freshness_p99_s"),
+        ("1", "freshness_max_s"),
+    ):
+        if record.get(key) is not None:
+            lines.append(f'cdc_freshness_seconds{label[:-1]},quantile="{q}"}} {record[key]}')
+    ended = datetime.fromisoformat(str(record["ended_at"])).timestamp()
+    lines += ["# HELP cdc_last_batch_timestamp_seconds when the last batch ended",
+              "# TYPE cdc_last_batch_timestamp_seconds gauge",
+              f"cdc_last_batch_timestamp_seconds{label} {ended}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def prometheus_file(lake: Lake) -> Path:
+    return lake.state / "metrics.prom"
+
+
+def write_prometheus(lake: Lake, record: dict[str, Any]) -> None:
+    """Replace the textfile in one step: a scrape sees the old batch or the new one."""
+    path = prometheus_file(lake)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(prometheus_text(record))
+    os.replace(tmp, path)
+
+
+_TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
+    ("pipeline", "string"), ("batch", "bigint"), ("started_at", "timestamp"),
+    ("ended_at", "timestamp"), ("seconds", "double"), ("lsn_from", "string"),
+    ("lsn_to", "string"), ("confirmed", "string"), ("changes", "bigint"),
+    ("transactions", "bigint"), ("bronze_changes", "bigint"), ("silver_changes", "bigint"),
+    ("freshness_p50_s", "double"), ("freshness_p99_s", "double"), ("freshness_max_s", "double"),
+    ("MilliSecondsBehindSource", "bigint"), ("TotalNumberOfEventsSeen", "bigint"),
+    ("NumberOfCommittedTransactions", "bigint"), ("SnapshotRunning", "boolean"),
+    ("RowsScanned", "bigint"), ("errors", "array<string>"),
+)  # fmt: skip
+METRICS_APP = "cdc-metrics"
+
+
+def metrics_table(lake: Lake) -> str:
+    return f"{lake.root}/_state/metrics"
+
+
+def append_metrics_table(spark: SparkSession, lake: Lake, record: dict[str, Any]) -> None:
+    """Append the batch line to the Delta table `_state/metrics` (for SQL over the history);
+    Delta's txnAppId/txnVersion (the batch number) keep a retried append from doubling it."""
+    from pyspark.sql import functions as F
+
+    text = spark.createDataFrame([(json.dumps(record),)], "line string")
+    schema = ", ".join(f"`{name}` {kind}" for name, kind in _TABLE_COLUMNS)
+    row = text.select(
+        F.from_json("line", schema, {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}).alias("m")
+    ).select("m.*")
+    (
+        row.write.format("delta").mode("append")
+        .option("txnAppId", METRICS_APP).option("txnVersion", int(record["batch"]))
+        .save(metrics_table(lake))
+    )  # fmt: skip

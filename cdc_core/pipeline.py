@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
@@ -25,7 +25,16 @@ from cdc_core.config import Config
 from cdc_core.errors import TerminalError, TransientError, UsageError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.metrics import Totals, freshness, iso, last_batch, now_us, record_batch
+from cdc_core.metrics import (
+    Totals,
+    append_metrics_table,
+    freshness,
+    iso,
+    last_batch,
+    now_us,
+    record_batch,
+    write_prometheus,
+)
 from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import run_doctor
 from cdc_core.pg.slot import autoset_replica_identity
@@ -226,7 +235,9 @@ def batch(spark: SparkSession, config: Config, lake: Lake, totals: Totals) -> Ru
     )
     summary = RunSummary(pipeline.name, lake.root, captured, bronze, tuple(merged),
                          time.monotonic() - started, read, tuple(finished))  # fmt: skip
-    _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs))
+    record = _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs))
+    write_prometheus(lake, record)
+    append_metrics_table(spark, lake, record)
     errors = [t.error for t in merged if t.error]
     if errors:
         raise TerminalError("; ".join(errors))
@@ -236,7 +247,7 @@ def batch(spark: SparkSession, config: Config, lake: Lake, totals: Totals) -> Ru
 def _record(
     lake: Lake, summary: RunSummary, totals: Totals, started_us: int, visible_us: int, *,
     snapshots: bool,
-) -> None:  # fmt: skip
+) -> dict[str, Any]:  # fmt: skip
     captured = summary.capture
     files = captured.files if captured else ()
     fresh = freshness([lake.changes / str(f) for f in files], visible_us)
@@ -247,7 +258,7 @@ def _record(
     totals.transactions += transactions
     previous = last_batch(lake)
     number = int(previous.get("batch", 0)) + 1 if previous else 1
-    record_batch(lake, {
+    record = {
         "pipeline": summary.pipeline, "batch": number,
         "started_at": iso(started_us), "ended_at": iso(now_us()),
         "seconds": round(summary.seconds, 3),
@@ -264,7 +275,9 @@ def _record(
         "NumberOfCommittedTransactions": totals.transactions,
         "SnapshotRunning": snapshots, "RowsScanned": summary.snapshot_rows,
         "errors": [t.error for t in summary.silver if t.error],
-    })  # fmt: skip
+    }  # fmt: skip
+    record_batch(lake, record)
+    return record
 
 
 def _merge_results(first: list[TableResult], second: list[TableResult]) -> list[TableResult]:

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
-from cdc_core.metrics import batches_file
+from cdc_core.metrics import batches_file, metrics_table, prometheus_file
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -73,6 +73,15 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
         assert 0 < x["freshness_p50_s"] <= x["freshness_p99_s"] <= x["freshness_max_s"]
         assert x["MilliSecondsBehindSource"] <= x["freshness_max_s"] * 1000
     assert lines[-1]["TotalNumberOfEventsSeen"] == sum(x["changes"] for x in lines)
+    prom = prometheus_file(p.lake).read_text()
+    assert f'cdc_batch_number{{pipeline="p"}} {float(len(lines))}' in prom
+    table = spark.read.format("delta").load(metrics_table(p.lake))
+    assert sorted(r["batch"] for r in table.select("batch").collect()) == [
+        x["batch"] for x in lines
+    ]
+    newest = table.orderBy("batch").collect()[-1]
+    assert newest["changes"] == lines[-1]["changes"]
+    assert newest["ended_at"] is not None
     ingest_ok(p)  # a final --once run takes what the workload wrote after the stop
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "events")) > 0
 

@@ -1,0 +1,172 @@
+"""Read a local Delta table's transaction log in pure Python, for `cdc status` (no JVM).
+
+Starting Spark takes longer than everything else `cdc status` does, and a status must also work
+while Spark is what is broken. The log holds what status needs: the live files with their row
+statistics (the newest checkpoint, then the JSON commits after it) and each commit's
+`userMetadata`, where the stages record their watermarks (`cdc_core.lake_state`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from cdc_core.errors import TerminalError
+
+HISTORY_DEPTH = 200  # commits searched for the newest watermark, as lake_state.read_watermark
+_COMMIT = re.compile(r"(\d{20})\.json")
+_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
+
+
+class DeltaLogError(TerminalError):
+    """A transaction log this reader cannot follow; names the table and what is wrong."""
+
+
+@dataclass(frozen=True)
+class TableState:
+    """A Delta table as of its newest commit."""
+
+    version: int
+    files: int
+    rows: int | None  # None when a live file has no numRecords statistic
+
+
+def read_table(path: Path) -> TableState | None:
+    """The table at `path` from its newest checkpoint and the commits after it; None when there
+    is no table there yet."""
+    log = path / "_delta_log"
+    commits = sorted(_versions(log))
+    checkpoint, parts = _newest_checkpoint(log) if log.is_dir() else (-1, [])
+    if not commits and not parts:
+        return None
+    following = [v for v in commits if v > checkpoint]
+    expected = list(range(checkpoint + 1, checkpoint + 1 + len(following)))
+    if following != expected:
+        raise DeltaLogError(
+            f"{log}: commits {_span(following)} do not follow "
+            + (f"checkpoint {checkpoint}" if checkpoint >= 0 else "from version 0")
+            + ": the log is incomplete (a checkpoint this reader does not know, or files lost)"
+        )
+    live: dict[tuple[str, str], dict[str, Any]] = {}
+    for part in parts:
+        for add in _checkpoint_adds(part):
+            live[_file_key(add)] = add
+    for version in following:
+        for action in _actions(log, version):
+            if "add" in action:
+                live[_file_key(action["add"])] = action["add"]
+            elif "remove" in action:
+                live.pop(_file_key(action["remove"]), None)
+    version = following[-1] if following else checkpoint
+    return TableState(version, len(live), _row_count(live.values()))
+
+
+def newest_metadata(path: Path, key: str, depth: int = HISTORY_DEPTH) -> dict[str, object] | None:
+    """The newest commit `userMetadata` of the table at `path` that is a JSON object holding
+    `key` (a stage's watermark), among the newest `depth` commits; None when there is none."""
+    log = path / "_delta_log"
+    for version in sorted(_versions(log), reverse=True)[:depth]:
+        for action in _actions(log, version):
+            metadata = action.get("commitInfo", {}).get("userMetadata")
+            if not metadata:
+                continue
+            try:
+                data = json.loads(metadata)
+            except ValueError:
+                continue  # someone else's metadata
+            if isinstance(data, dict) and key in data:
+                return data
+    return None
+
+
+def _versions(log: Path) -> Iterator[int]:
+    if not log.is_dir():
+        return
+    for child in log.iterdir():
+        m = _COMMIT.fullmatch(child.name)
+        if m:
+            yield int(m.group(1))
+
+
+def _newest_checkpoint(log: Path) -> tuple[int, list[Path]]:
+    """The newest complete checkpoint (single or multi-part): its version and files, or -1.
+    The directory is listed rather than trusting `_last_checkpoint`, which may lag behind."""
+    found: dict[tuple[int, int], list[Path]] = {}
+    for child in log.iterdir():
+        m = _CHECKPOINT.fullmatch(child.name)
+        if m:
+            version, total = int(m.group(1)), int(m.group(3) or 1)
+            found.setdefault((version, total), []).append(child)
+    complete = [(v, sorted(files)) for (v, n), files in found.items() if len(files) == n]
+    return max(complete, default=(-1, []))
+
+
+def _checkpoint_adds(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        column = pq.read_table(path, columns=["add"]).column("add")
+    except (OSError, KeyError, ValueError) as e:
+        raise DeltaLogError(f"{path}: cannot read the checkpoint ({e})") from e
+    for add in column.to_pylist():
+        if add is not None:
+            yield add
+
+
+def _actions(log: Path, version: int) -> Iterator[dict[str, Any]]:
+    path = log / f"{version:020d}.json"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise DeltaLogError(f"{path}: cannot read the commit ({e})") from e
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            action = json.loads(line)
+        except ValueError as e:
+            raise DeltaLogError(f"{path}:{number}: not a JSON action ({e})") from e
+        if isinstance(action, dict):
+            yield action
+
+
+def _file_key(action: dict[str, Any]) -> tuple[str, str]:
+    """A file's identity in the log: its path and its deletion vector (the protocol's key), so
+    replacing a file's deletion vector (an add and a remove of the same path) keeps it live."""
+    dv = action.get("deletionVector") or {}
+    dv_id = f"{dv.get('storageType', '')}{dv.get('pathOrInlineDv', '')}@{dv.get('offset')}"
+    return str(action["path"]), dv_id if dv else ""
+
+
+def _row_count(adds: Iterable[dict[str, Any]]) -> int | None:
+    """Rows of the live files: numRecords less the rows their deletion vectors remove."""
+    total = 0
+    for add in adds:
+        records = _num_records(add)
+        if records is None:
+            return None
+        dv = add.get("deletionVector") or {}
+        total += records - int(dv.get("cardinality") or 0)
+    return total
+
+
+def _num_records(add: dict[str, Any]) -> int | None:
+    stats = add.get("stats")
+    if stats:
+        try:
+            value = json.loads(stats).get("numRecords")
+        except (ValueError, AttributeError):
+            value = None
+        if value is not None:
+            return int(value)
+    parsed = add.get("stats_parsed") or {}  # checkpoints may hold the statistics parsed
+    value = parsed.get("numRecords")
+    return None if value is None else int(value)
+
+
+def _span(versions: list[int]) -> str:
+    return f"{versions[0]}..{versions[-1]}" if versions else "(none)"

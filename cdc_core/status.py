@@ -1,0 +1,467 @@
+"""`cdc status`: where a pipeline stands, from the slot, `_state` and the Delta logs, no Spark.
+
+Each part is read on its own, so what can be read is shown even when another part cannot: an
+unreachable source still shows what the lake says (and exits 75, try again), a table whose log
+cannot be read is a line of its own. The exit code says whether someone has to act: 1 for a
+missing or lost slot, a pipeline that has not run for `--stale-after`, or an unreadable part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import psycopg
+
+from cdc_core import delta_log
+from cdc_core.config import Config, Dsn
+from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, UsageError
+from cdc_core.lake import Lake
+from cdc_core.lsn import ZERO, Lsn
+from cdc_core.metrics import last_batch
+from cdc_core.pg.connect import connect
+from cdc_core.snapshot import load_jobs
+from cdc_core.stager import staged_files
+from cdc_core.state import stream_file
+
+BRONZE_WATERMARK = "bronze_staged_end"  # cdc_core.bronze.WATERMARK (bronze imports pyspark)
+SILVER_WATERMARK = "silver_applied"  # cdc_core.silver.WATERMARK
+_LABEL = 12  # width of the human form's label column
+_SLOT_QUERY = """
+SELECT active, active_pid, wal_status, confirmed_flush_lsn::text, restart_lsn::text,
+       pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
+                            ELSE pg_current_wal_lsn() END, restart_lsn)::bigint,
+       safe_wal_size
+FROM pg_replication_slots WHERE slot_name = %s
+"""
+
+TableState = Literal["created", "not_created", "unreadable"]
+
+
+@dataclass(frozen=True)
+class SlotStatus:
+    """The pipeline's replication slot as `pg_replication_slots` shows it (None: not known)."""
+
+    name: str
+    exists: bool | None = None
+    active: bool | None = None
+    active_pid: int | None = None
+    wal_status: str | None = None
+    confirmed_flush_lsn: str | None = None
+    restart_lsn: str | None = None
+    retained_wal_bytes: int | None = None  # WAL the server keeps for the slot
+    safe_wal_size_bytes: int | None = None  # WAL left before max_slot_wal_keep_size loses it
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    reachable: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    """The last line of `_state/batches.jsonl`, written by the ingest job; None: not recorded."""
+
+    batch: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    seconds: float | None = None
+    lsn_from: str | None = None
+    lsn_to: str | None = None
+    changes: int | None = None
+    transactions: int | None = None
+    freshness_p50_s: float | None = None
+    freshness_p99_s: float | None = None
+    freshness_max_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """A Delta table of the lake: its rows and how far its stage got."""
+
+    table: str
+    state: TableState
+    rows: int | None = None
+    version: int | None = None
+    applied_lsn: str | None = None  # silver: commit LSN of the last change merged
+    applied_seq: int | None = None  # silver: its position in the transaction
+    staged_end: str | None = None  # bronze: end LSN of the last staged file appended
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotStatus:
+    id: str
+    kind: str
+    tables_done: int
+    tables_total: int
+    rows: int
+    finished: bool
+
+
+@dataclass(frozen=True)
+class PendingStatus:
+    """Staged change files not yet in bronze."""
+
+    files: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    """Everything `cdc status` shows; `to_json()` keys are the stable machine interface."""
+
+    pipeline: str
+    env: str
+    checked_at: str
+    lake: str
+    source: SourceStatus
+    slot: SlotStatus
+    last_batch: BatchStatus | None
+    idle_s: float | None  # since the last batch ended
+    stale_after_s: float
+    bronze: TableStatus
+    tables: tuple[TableStatus, ...]
+    snapshots: tuple[SnapshotStatus, ...]
+    pending: PendingStatus
+    problems: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def stale(self) -> bool:
+        return self.idle_s is not None and self.idle_s > self.stale_after_s
+
+    @property
+    def exit_code(self) -> int:
+        if not self.source.reachable:  # the slot is unknown; the outage may explain the rest
+            return EXIT_TRANSIENT
+        return EXIT_FAILURE if self.problems else EXIT_OK
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["tables"] = [asdict(t) for t in self.tables]
+        data["snapshots"] = [asdict(s) for s in self.snapshots]
+        data["problems"], data["warnings"] = list(self.problems), list(self.warnings)
+        return {**data, "stale": self.stale, "healthy": self.exit_code == EXIT_OK,
+                "exit_code": self.exit_code}  # fmt: skip
+
+
+def gather_status(
+    config: Config, *, stale_after_s: float = 3600.0, now: datetime | None = None
+) -> PipelineStatus:
+    """Read every part; a part that cannot be read becomes a problem line, never an exception
+    (a lake that is not on the local file system is a `UsageError`)."""
+    pipeline = config.pipeline
+    now = now or datetime.now(timezone.utc)
+    lake = Lake(str(local_root(pipeline.target.root)))
+    source, slot = read_slot(pipeline.source.dsn, pipeline.source.slot)
+    batch = read_last_batch(lake)
+    bronze = table_status("bronze", Path(lake.bronze), BRONZE_WATERMARK)
+    tables = tuple(
+        table_status(str(t), Path(lake.silver(t)), SILVER_WATERMARK) for t in pipeline.source.tables
+    )
+    snapshots, snapshot_problem = read_snapshots(lake)
+    status = PipelineStatus(
+        pipeline.name, config.env_name, _iso(now), pipeline.target.root, source, slot, batch,
+        idle_seconds(batch, now), stale_after_s, bronze, tables, snapshots,
+        pending_files(lake, bronze.staged_end),
+    )  # fmt: skip
+    problems = _problems(status, ran=stream_file(lake).exists())
+    if snapshot_problem:
+        problems.append(snapshot_problem)
+    return replace(status, problems=tuple(problems), warnings=tuple(_warnings(status)))
+
+
+def local_root(root: str) -> Path:
+    """The lake root as a local path: status reads Delta logs with the file system alone."""
+    if root.startswith("file:"):
+        return Path("/" + root.removeprefix("file:").lstrip("/"))
+    if "://" in root:
+        raise UsageError(f"cdc status reads lakes on the local file system only; target.root is "
+                         f"{root} (look at the tables with Spark instead)")  # fmt: skip
+    return Path(root)
+
+
+def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
+    """The slot's row in `pg_replication_slots`; an unreachable source is a status, not an
+    error."""
+    try:
+        with connect(dsn) as conn:
+            row = conn.execute(_SLOT_QUERY, (name,)).fetchone()
+    except CdcError as e:  # connect's TransientError already names the server
+        return SourceStatus(False, str(e)), SlotStatus(name)
+    except psycopg.Error as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return SourceStatus(False, f"cannot read {dsn.redacted}: {reason}"), SlotStatus(name)
+    if row is None:
+        return SourceStatus(True), SlotStatus(name, exists=False)
+    active, pid, wal_status, confirmed, restart, retained, safe = row
+    return SourceStatus(True), SlotStatus(
+        name, True, bool(active), _int(pid), _str(wal_status), _str(confirmed), _str(restart),
+        _int(retained), _int(safe),
+    )  # fmt: skip
+
+
+def read_last_batch(lake: Lake) -> BatchStatus | None:
+    """The newest line of `_state/batches.jsonl` (`cdc_core.metrics`); keys missing or of
+    another type read as unknown, so an older or newer job's lines still show."""
+    data = last_batch(lake)
+    if data is None:
+        return None
+    return BatchStatus(
+        _int(data.get("batch")), _str(data.get("started_at")), _str(data.get("ended_at")),
+        _float(data.get("seconds")), _str(data.get("lsn_from")), _str(data.get("lsn_to")),
+        _int(data.get("changes")), _int(data.get("transactions")),
+        _float(data.get("freshness_p50_s")), _float(data.get("freshness_p99_s")),
+        _float(data.get("freshness_max_s")),
+    )  # fmt: skip
+
+
+def idle_seconds(batch: BatchStatus | None, now: datetime) -> float | None:
+    """Seconds since the last batch ended; None when that is not recorded."""
+    if batch is None or batch.ended_at is None:
+        return None
+    try:  # before Python 3.11, fromisoformat does not take the Z suffix
+        ended = datetime.fromisoformat(batch.ended_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if ended.tzinfo is None:
+        ended = ended.replace(tzinfo=timezone.utc)  # the job writes UTC
+    return max(0.0, (now - ended).total_seconds())
+
+
+def table_status(name: str, path: Path, watermark: str) -> TableStatus:
+    """Rows and watermark of the Delta table at `path`, from its log alone."""
+    try:
+        state = delta_log.read_table(path)
+        mark = delta_log.newest_metadata(path, watermark) if state else None
+    except CdcError as e:
+        return TableStatus(name, "unreadable", error=str(e))
+    if state is None:
+        return TableStatus(name, "not_created")
+    value = None if mark is None else mark.get(watermark)
+    if watermark == BRONZE_WATERMARK:
+        return TableStatus(name, "created", state.rows, state.version,
+                           staged_end=None if value is None else str(value))  # fmt: skip
+    lsn, seq = _position(value)
+    return TableStatus(name, "created", state.rows, state.version, lsn, seq)
+
+
+def read_snapshots(lake: Lake) -> tuple[tuple[SnapshotStatus, ...], str | None]:
+    """Every snapshot job's progress, oldest first, or why the jobs cannot be read."""
+    try:
+        jobs = load_jobs(lake)
+    except (CdcError, KeyError, TypeError, ValueError) as e:
+        return (), f"snapshot jobs under {lake.state / 'snapshots'} cannot be read: {e}"
+    found = [
+        SnapshotStatus(job.id, job.kind, sum(t.done for t in job.tables), len(job.tables),
+                       sum(t.rows for t in job.tables), job.finished)
+        for job in jobs
+    ]  # fmt: skip
+    return tuple(found), None
+
+
+def pending_files(lake: Lake, staged_end: str | None) -> PendingStatus:
+    """Staged files past bronze's watermark: captured, not yet in bronze."""
+    end = Lsn.parse(staged_end) if staged_end else ZERO
+    files = [f for f in staged_files(lake.changes) if f.end > end]
+    size = 0
+    for f in files:
+        try:
+            size += os.stat(lake.changes / str(f)).st_size
+        except FileNotFoundError:
+            continue  # appended and removed by maintenance since the listing
+    return PendingStatus(len(files), size)
+
+
+def _problems(status: PipelineStatus, *, ran: bool) -> list[str]:
+    slot, problems = status.slot, []
+    if not status.source.reachable:
+        problems.append(f"source unreachable: {status.source.error}")
+    elif slot.exists is False:
+        problems.append(
+            f"slot {slot.name} does not exist: the first run creates it" if not ran else
+            f"slot {slot.name} does not exist (dropped?): changes since the last run are lost "
+            "to the stream; with snapshot.mode when_needed (or always) the next run takes a "
+            "new snapshot"
+        )  # fmt: skip
+    elif slot.wal_status == "lost":
+        problems.append(
+            f"slot {slot.name} lost WAL it needed (wal_status lost): changes are missing; with "
+            "snapshot.mode when_needed the next run starts a new slot and a new snapshot"
+        )
+    if status.stale:
+        problems.append(f"the pipeline has not run for {_duration(status.idle_s)} (more than "
+                        f"--stale-after {status.stale_after_s:g} s)")  # fmt: skip
+    for t in (status.bronze, *status.tables):
+        if t.state == "unreadable":
+            problems.append(f"{t.table}: {t.error}")
+    return problems
+
+
+def _warnings(status: PipelineStatus) -> list[str]:
+    if status.slot.wal_status == "unreserved":
+        return [
+            f"slot {status.slot.name} holds more WAL than max_slot_wal_keep_size (wal_status "
+            "unreserved): run the pipeline before the next checkpoint removes it"
+        ]
+    return []
+
+
+def format_json(status: PipelineStatus) -> str:
+    return json.dumps(status.to_json(), indent=2)
+
+
+def format_status(status: PipelineStatus) -> str:
+    """Labelled lines, then one aligned row per table, then problems (or `ok`)."""
+    lines = [f"pipeline {status.pipeline} (env {status.env}) at {status.checked_at}",
+             *_labelled("lake", [status.lake]),
+             *_labelled("slot", _slot_lines(status)),
+             *_labelled("last batch", _batch_lines(status)),
+             *_labelled("bronze", [_bronze_line(status.bronze)]),
+             *_labelled("pending", [_pending_line(status.pending)]),
+             *_labelled("snapshots", _snapshot_lines(status.snapshots)),
+             "", *_table_lines(status.tables), ""]  # fmt: skip
+    lines += [f"problem: {p}" for p in status.problems]
+    lines += [f"warning: {w}" for w in status.warnings]
+    if not status.problems:
+        lines.append("ok")
+    return "\n".join(lines)
+
+
+def _labelled(label: str, details: list[str]) -> list[str]:
+    return [f"{(label if i == 0 else '').ljust(_LABEL)}{d}" for i, d in enumerate(details)]
+
+
+def _slot_lines(status: PipelineStatus) -> list[str]:
+    s = status.slot
+    if not status.source.reachable:
+        return [f"{s.name}: unknown, the source is unreachable"]
+    if not s.exists:
+        return [f"{s.name}: MISSING"]
+    active = f"active (pid {s.active_pid})" if s.active else "inactive"
+    return [f"{s.name}: {active}, wal_status {s.wal_status or 'unknown'}",
+            f"confirmed {s.confirmed_flush_lsn or '-'}, restart {s.restart_lsn or '-'}, "
+            f"retained WAL {_bytes(s.retained_wal_bytes)}"]  # fmt: skip
+
+
+def _batch_lines(status: PipelineStatus) -> list[str]:
+    b = status.last_batch
+    if b is None:
+        return ["none recorded"]
+    ago = "" if status.idle_s is None else f" ({_duration(status.idle_s)} ago)"
+    stale = ", STALE" if status.stale else ""
+    span = f"{b.lsn_from or '?'}..{b.lsn_to or '?'}"
+    p50, p99, most = b.freshness_p50_s, b.freshness_p99_s, b.freshness_max_s
+    fresh = f"p50 {_secs(p50)}, p99 {_secs(p99)}, max {_secs(most)}"
+    fresh = "unknown" if p50 is None and p99 is None and most is None else fresh
+    return [f"#{_opt(b.batch)} ended {b.ended_at or '?'}{ago}{stale}",
+            f"{span}: {_opt(b.changes)} changes in {_opt(b.transactions)} transactions, "
+            f"{_secs(b.seconds)}", f"freshness {fresh}"]  # fmt: skip
+
+
+def _bronze_line(t: TableStatus) -> str:
+    if t.state != "created":
+        return _absent(t)
+    return f"{_opt(t.rows)} rows, staged up to {t.staged_end or 'nothing yet'}"
+
+
+def _pending_line(p: PendingStatus) -> str:
+    return f"{p.files} staged files ({_bytes(p.bytes)}) not yet in bronze"
+
+
+def _snapshot_lines(snapshots: tuple[SnapshotStatus, ...]) -> list[str]:
+    if not snapshots:
+        return ["none"]
+    width = max(len(s.id) for s in snapshots)
+    return [f"{s.id.ljust(width)}  {s.kind:<11}  {s.tables_done}/{s.tables_total} tables  "
+            f"{s.rows} rows  {'finished' if s.finished else 'in progress'}"
+            for s in snapshots]  # fmt: skip
+
+
+def _table_lines(tables: tuple[TableStatus, ...]) -> list[str]:
+    rows = [("table", "rows", "applied up to")]
+    for t in tables:
+        if t.state != "created":
+            rows.append((t.table, "-", _absent(t)))
+        else:
+            rows.append((t.table, _opt(t.rows), _applied(t)))
+    name_w, rows_w = (max(len(r[i]) for r in rows) for i in (0, 1))
+    return [f"{n.ljust(name_w)}  {r.rjust(rows_w)}  {a}".rstrip() for n, r, a in rows]
+
+
+def _applied(t: TableStatus) -> str:
+    """Commit LSN and the change's position in its transaction; a snapshot read has -1."""
+    if t.applied_lsn is None:
+        return "nothing yet"
+    if t.applied_seq is not None and t.applied_seq < 0:
+        return f"{t.applied_lsn} (snapshot read)"
+    return f"{t.applied_lsn} #{t.applied_seq}"
+
+
+def _absent(t: TableStatus) -> str:
+    return "not yet created" if t.state == "not_created" else f"unreadable: {t.error}"
+
+
+def _position(value: object) -> tuple[str | None, int | None]:
+    """A silver watermark, [commit LSN, position]; nothing applied yet reads [-1, -1]."""
+    if not (isinstance(value, list) and len(value) == 2):
+        return None, None
+    lsn, seq = value
+    if not (isinstance(lsn, int) and isinstance(seq, int) and lsn >= 0):
+        return None, None
+    return str(Lsn(lsn)), seq
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _duration(seconds: float | None) -> str:
+    s = int(seconds or 0)
+    if seconds is None or s < 120:
+        return "?" if seconds is None else f"{s} s"
+    return f"{s // 60} min" if s < 7200 else f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+def _secs(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f} s"
+
+
+def _opt(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,116 @@
+"""`cdc status` as users run it, on a real server and a lake a real ingest run wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from cdc_core.stager import staged_files
+from tests.integration.conftest import PgServer
+from tests.integration.harness import ROOT, Pipeline, ingest_ok, make_pipeline, sql
+
+
+def cdc_status(p: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cdc_core.cli", "status", "--pipeline", "p", *args],
+        env=p.env() | {"PYTHONPATH": str(ROOT)}, cwd=p.home, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+
+
+def status_json(p: Pipeline, expected_exit: int = 0) -> Any:
+    """The parsed `--json` form (JSON, so indexed freely)."""
+    run = cdc_status(p, "--json")
+    assert run.returncode == expected_exit, run.stdout + run.stderr
+    return json.loads(run.stdout)
+
+
+def count(dsn: str, table: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_status_after_a_run_shows_the_slot_the_mirror_and_then_the_pending_capture(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 100) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
+    assert p.ingest("--capture-only").returncode == 0  # the slot; the snapshot waits for Spark
+    sql(dsn, "INSERT INTO items SELECT g, 'w' || g FROM generate_series(101, 120) g",
+        "UPDATE items SET v = 'changed' WHERE id <= 10")  # fmt: skip
+    ingest_ok(p)  # the snapshot, then the stream
+
+    data = status_json(p)
+
+    slot = data["slot"]
+    assert (slot["name"], slot["exists"], slot["active"]) == (p.slot, True, False)
+    assert slot["wal_status"] == "reserved"
+    assert slot["confirmed_flush_lsn"] == str(p.confirmed())
+    assert isinstance(slot["retained_wal_bytes"], int)
+    (table,) = data["tables"]
+    assert table["table"] == "public.items"
+    assert table["rows"] == count(dsn, "items") == 120
+    assert table["applied_lsn"] is not None
+    staged = staged_files(p.changes)
+    assert staged, "the stream was staged"
+    assert data["bronze"]["staged_end"] == str(staged[-1].end)
+    assert data["pending"] == {"files": 0, "bytes": 0}
+    (job,) = data["snapshots"]
+    assert (job["kind"], job["tables_done"], job["tables_total"], job["rows"], job["finished"]) \
+        == ("initial", 1, 1, 120, True)  # fmt: skip
+    batch = data["last_batch"]
+    assert batch["changes"] >= 30, batch  # 20 inserts and 10 updates, at least
+    assert batch["lsn_to"] is not None
+    assert (data["stale"], data["idle_s"] < 600) == (False, True)
+    assert (data["healthy"], data["exit_code"], data["problems"]) == (True, 0, [])
+
+    human = cdc_status(p)
+    assert human.returncode == 0, human.stderr
+    assert f"slot        {p.slot}: inactive, wal_status reserved" in human.stdout
+    (row,) = [line for line in human.stdout.splitlines() if line.startswith("public.items")]
+    assert row.split()[:2] == ["public.items", "120"]
+    assert human.stdout.rstrip().endswith("ok")
+
+    sql(dsn, "INSERT INTO items SELECT g, 'x' || g FROM generate_series(121, 125) g")
+    assert p.ingest("--capture-only").returncode == 0  # staged, not in bronze
+
+    pending = status_json(p)["pending"]
+    assert pending["files"] >= 1
+    assert pending["bytes"] > 0
+    assert f"{pending['files']} staged files" in cdc_status(p).stdout
+
+
+def test_status_of_a_pipeline_whose_slot_was_dropped_exits_1_and_says_so(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"])
+    assert p.ingest("--capture-only").returncode == 0
+    assert status_json(p)["tables"] == [{
+        "table": "public.items", "state": "not_created", "rows": None, "version": None,
+        "applied_lsn": None, "applied_seq": None, "staged_end": None, "error": None,
+    }]  # fmt: skip
+
+    sql(dsn, f"SELECT pg_drop_replication_slot('{p.slot}')")
+
+    data = status_json(p, expected_exit=1)
+    assert data["slot"] == {
+        "name": p.slot, "exists": False, "active": None, "active_pid": None, "wal_status": None,
+        "confirmed_flush_lsn": None, "restart_lsn": None, "retained_wal_bytes": None,
+        "safe_wal_size_bytes": None,
+    }  # fmt: skip
+    human = cdc_status(p)
+    assert human.returncode == 1
+    assert f"slot        {p.slot}: MISSING" in human.stdout
+    assert f"problem: slot {p.slot} does not exist (dropped?)" in human.stdout
+    assert "public.items     -  not yet created" in human.stdout

@@ -1,0 +1,51 @@
+"""Batch lines: freshness quantiles, the newest line after a torn write, Prometheus text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from cdc_core.lake import Lake
+from cdc_core.metrics import (
+    Freshness,
+    batches_file,
+    last_batch,
+    prometheus_text,
+    record_batch,
+)
+
+
+def test_freshness_over_the_changes_of_a_batch() -> None:
+    visible = 100_000_000
+    commits = pa.array([visible - 3_000_000] * 98 + [visible - 1_000_000, visible - 9_000_000])
+    f = Freshness.of(commits, visible)
+    assert (f.p50_s, f.p99_s, f.max_s, f.newest_s) == (3.0, 3.0, 9.0, 1.0)
+    assert Freshness.of(pa.array([], pa.int64()), visible) == Freshness()
+
+
+def test_the_newest_whole_line_is_the_last_batch(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    assert last_batch(lake) is None
+    record_batch(lake, {"batch": 1})
+    record_batch(lake, {"batch": 2})
+    with batches_file(lake).open("a") as f:
+        f.write('{"batch": 3, "chan')  # a crash in the middle of a line
+    assert last_batch(lake) == {"batch": 2}
+
+
+def test_prometheus_text_names_and_labels() -> None:
+    record = {
+        "pipeline": 'or"ders', "batch": 7, "seconds": 2.5, "changes": 10,
+        "ended_at": "2026-11-21T20:00:00.000+00:00", "MilliSecondsBehindSource": 1200,
+        "TotalNumberOfEventsSeen": 70, "NumberOfCommittedTransactions": 9,
+        "SnapshotRunning": False, "RowsScanned": 0,
+        "freshness_p50_s": 1.5, "freshness_p99_s": 2.0, "freshness_max_s": None,
+    }  # fmt: skip
+    text = prometheus_text(record)
+    assert 'cdc_milliseconds_behind_source{pipeline="or\\"ders"} 1200.0' in text
+    assert "# TYPE cdc_total_number_of_events_seen counter" in text
+    assert 'cdc_freshness_seconds{pipeline="or\\"ders",quantile="0.99"} 2.0' in text
+    assert 'quantile="1"' not in text  # unknown values are left out, not written as 0
+    assert 'cdc_last_batch_timestamp_seconds{pipeline="or\\"ders"} 1795291200.0' in text
+    assert text.endswith("\n")

@@ -1,0 +1,342 @@
+"""`cdc status` without a server or Spark: the Delta log reader, the lake's state, both forms."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_core import status as st
+from cdc_core.config import load_pipeline
+from cdc_core.delta_log import DeltaLogError, newest_metadata, read_table
+from cdc_core.errors import UsageError
+from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
+from cdc_core.metrics import batches_file
+from cdc_core.stager import StagedFile
+
+NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def add(
+    path: str, records: int | None, dv: int | None = None, dv_id: str = "a"
+) -> dict[str, object]:
+    action: dict[str, object] = {"path": path, "size": 1, "dataChange": True}
+    if records is not None:
+        action["stats"] = json.dumps({"numRecords": records, "minValues": {}})
+    if dv is not None:
+        action["deletionVector"] = {"storageType": "u", "pathOrInlineDv": dv_id, "offset": 1,
+                                    "sizeInBytes": 30, "cardinality": dv}  # fmt: skip
+    return action
+
+
+def commit(table: Path, version: int, *actions: dict[str, object], metadata: object = None) -> None:
+    """One JSON commit file, as Delta writes it: commitInfo first, then one action a line."""
+    log = table / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    info: dict[str, object] = {"timestamp": 1_700_000_000_000 + version, "operation": "WRITE"}
+    if metadata is not None:
+        info["userMetadata"] = metadata if isinstance(metadata, str) else json.dumps(metadata)
+    lines = [{"commitInfo": info}, *actions]
+    if version == 0:
+        lines[1:1] = [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7}},
+                      {"metaData": {"id": "t", "partitionColumns": []}}]  # fmt: skip
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in lines) + "\n")
+
+
+def test_rows_are_the_live_files_records_less_the_rows_their_deletion_vectors_remove(
+    tmp_path: Path,
+) -> None:
+    commit(tmp_path, 0, {"add": add("a.parquet", 10)}, {"add": add("b.parquet", 5)})
+    commit(tmp_path, 1, {"add": add("c.parquet", 7, dv=2)}, {"remove": add("b.parquet", 5)})
+
+    state = read_table(tmp_path)
+
+    assert state is not None
+    assert (state.version, state.files, state.rows) == (1, 2, 10 + 7 - 2)
+
+
+def test_a_deletion_vector_replaced_in_one_commit_keeps_the_file_live(tmp_path: Path) -> None:
+    commit(tmp_path, 0, {"add": add("a.parquet", 50, dv=10, dv_id="old")})
+    # Delta writes the new add before the remove of the same path with the old vector
+    commit(tmp_path, 1, {"add": add("a.parquet", 50, dv=16, dv_id="new")},
+           {"remove": add("a.parquet", 50, dv=10, dv_id="old")})  # fmt: skip
+
+    state = read_table(tmp_path)
+
+    assert state is not None
+    assert (state.files, state.rows) == (1, 34)
+
+
+def test_the_newest_checkpoint_and_the_commits_after_it_make_the_table(tmp_path: Path) -> None:
+    commit(tmp_path, 2, {"add": add("late.parquet", 4)})
+    log = tmp_path / "_delta_log"
+    adds = [add("x.parquet", 100, dv=1), add("y.parquet", 20), None]  # None: a non-add row
+    dv = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()),
+                    ("offset", pa.int32()), ("sizeInBytes", pa.int32()),
+                    ("cardinality", pa.int64())])  # fmt: skip
+    kind = pa.struct([("path", pa.string()), ("size", pa.int64()), ("dataChange", pa.bool_()),
+                      ("stats", pa.string()), ("deletionVector", dv)])  # fmt: skip
+    pq.write_table(pa.table({"add": pa.array(adds, kind)}), log / f"{1:020d}.checkpoint.parquet")
+    (log / "_last_checkpoint").write_text('{"version": 1, "size": 3}')
+
+    state = read_table(tmp_path)  # commits 0 and 1 are gone: only the checkpoint has them
+
+    assert state is not None
+    assert (state.version, state.files, state.rows) == (2, 3, 99 + 20 + 4)
+
+
+def test_commits_that_do_not_follow_the_checkpoint_are_an_error(tmp_path: Path) -> None:
+    commit(tmp_path, 0, {"add": add("a.parquet", 1)})
+    commit(tmp_path, 2, {"add": add("b.parquet", 1)})
+
+    with pytest.raises(DeltaLogError, match=r"commits 0\.\.2 do not follow from version 0"):
+        read_table(tmp_path)
+
+
+def test_a_file_without_statistics_makes_the_row_count_unknown(tmp_path: Path) -> None:
+    commit(tmp_path, 0, {"add": add("a.parquet", 3)}, {"add": add("b.parquet", None)})
+
+    state = read_table(tmp_path)
+
+    assert state is not None
+    assert state.rows is None
+
+
+def test_a_folder_without_a_log_is_no_table(tmp_path: Path) -> None:
+    assert read_table(tmp_path / "silver" / "public" / "t") is None
+
+
+def test_the_newest_commit_recording_the_key_wins_and_other_metadata_is_skipped(
+    tmp_path: Path,
+) -> None:
+    commit(tmp_path, 0, metadata={"silver_applied": [100, 1]})
+    commit(tmp_path, 1, metadata={"silver_applied": [200, 3]})
+    commit(tmp_path, 2, metadata="not JSON, someone else's")
+    commit(tmp_path, 3, metadata={"other": 1})
+    commit(tmp_path, 4)
+
+    assert newest_metadata(tmp_path, "silver_applied") == {"silver_applied": [200, 3]}
+    assert newest_metadata(tmp_path, "bronze_staged_end") is None
+
+
+def test_a_silver_table_shows_its_rows_and_the_last_applied_position(tmp_path: Path) -> None:
+    commit(tmp_path, 0, {"add": add("a.parquet", 12)}, metadata={"silver_applied": [0x16B3748, 5]})
+
+    shown = st.table_status("public.orders", tmp_path, st.SILVER_WATERMARK)
+
+    assert shown == st.TableStatus("public.orders", "created", 12, 0, "0/16B3748", 5)
+
+
+def test_bronze_shows_its_staged_end_and_a_missing_table_is_not_yet_created(
+    tmp_path: Path,
+) -> None:
+    commit(tmp_path, 0, {"add": add("a.parquet", 3)}, metadata={"bronze_staged_end": "0/1A2B"})
+
+    bronze = st.table_status("bronze", tmp_path, st.BRONZE_WATERMARK)
+    missing = st.table_status("public.x", tmp_path / "nope", st.SILVER_WATERMARK)
+
+    assert (bronze.rows, bronze.staged_end) == (3, "0/1A2B")
+    assert missing == st.TableStatus("public.x", "not_created")
+
+
+def test_a_broken_log_is_a_table_line_not_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "_delta_log").mkdir()
+    (tmp_path / "_delta_log" / f"{0:020d}.json").write_text("{not json\n")
+
+    shown = st.table_status("public.t", tmp_path, st.SILVER_WATERMARK)
+
+    assert shown.state == "unreadable"
+    assert "00000000000000000000.json:1: not a JSON action" in str(shown.error)
+
+
+def test_the_last_complete_line_of_batches_jsonl_is_the_last_batch(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    lake.state.mkdir()
+    first = {"batch": 1, "ended_at": "2025-06-01T10:00:00Z", "changes": 5}
+    second = {"batch": 2, "started_at": "2025-06-01T11:00:00Z", "ended_at": "2025-06-01T11:00:04Z",
+              "seconds": 4.2, "lsn_from": "0/16B0000", "lsn_to": None, "changes": 120,
+              "freshness_p50_s": 1.5, "freshness_p99_s": 2, "freshness_max_s": "fast"}  # fmt: skip
+    batches_file(lake).write_text(
+        f"{json.dumps(first)}\n{json.dumps(second)}\n" + '{"batch": 3, "ended'
+    )  # the third line is still being written
+
+    batch = st.read_last_batch(lake)
+
+    assert batch == st.BatchStatus(
+        2, "2025-06-01T11:00:00Z", "2025-06-01T11:00:04Z", 4.2, "0/16B0000", None, 120, None,
+        1.5, 2.0, None,
+    )  # fmt: skip
+    assert st.idle_seconds(batch, NOW) == 3600 - 4
+
+
+def test_no_batches_file_is_no_last_batch(tmp_path: Path) -> None:
+    assert st.read_last_batch(Lake(str(tmp_path))) is None
+    assert st.idle_seconds(None, NOW) is None
+
+
+def test_only_staged_files_past_the_bronze_watermark_are_pending(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    lake.changes.mkdir(parents=True)
+    for start, end, size in ((0x100, 0x200, 10), (0x300, 0x400, 20), (0x500, 0x600, 30)):
+        name = str(StagedFile(Lsn(start), Lsn(end)))
+        (lake.changes / name).write_bytes(b"x" * size)
+    (lake.changes / "notes.txt").write_text("not a staged file")
+
+    assert st.pending_files(lake, str(Lsn(0x200))) == st.PendingStatus(2, 50)
+    assert st.pending_files(lake, None) == st.PendingStatus(3, 60)
+    assert st.pending_files(Lake(str(tmp_path / "empty")), None) == st.PendingStatus(0, 0)
+
+
+def sample(**changes: object) -> st.PipelineStatus:
+    status = st.PipelineStatus(
+        pipeline="orders", env="local", checked_at="2025-06-01T12:00:00Z", lake="/lake/orders",
+        source=st.SourceStatus(True),
+        slot=st.SlotStatus("orders_cdc", True, False, None, "reserved", "0/16B3748", "0/16B3710",
+                           56, None),
+        last_batch=st.BatchStatus(7, "2025-06-01T11:57:00Z", "2025-06-01T11:57:04Z", 4.2,
+                                  "0/16B0000", "0/16B3748", 1234, 57, 1.25, 2.5, 3.5),
+        idle_s=176.0, stale_after_s=3600.0,
+        bronze=st.TableStatus("bronze", "created", 5678, 9, staged_end="0/16B3748"),
+        tables=(st.TableStatus("public.orders", "created", 200, 4, "0/16B3748", 5),
+                st.TableStatus('public."Order Items"', "not_created")),
+        snapshots=(st.SnapshotStatus("20250601T100000-initial-ab12cd", "initial", 1, 2, 650,
+                                     False),),
+        pending=st.PendingStatus(2, 3 * 1024 * 1024),
+    )  # fmt: skip
+    return replace(status, **changes)  # type: ignore[arg-type]
+
+
+def test_the_human_form_is_labelled_lines_then_a_table_of_tables() -> None:
+    assert st.format_status(sample()).splitlines() == [
+        "pipeline orders (env local) at 2025-06-01T12:00:00Z",
+        "lake        /lake/orders",
+        "slot        orders_cdc: inactive, wal_status reserved",
+        "            confirmed 0/16B3748, restart 0/16B3710, retained WAL 56 B",
+        "last batch  #7 ended 2025-06-01T11:57:04Z (2 min ago)",
+        "            0/16B0000..0/16B3748: 1234 changes in 57 transactions, 4.2 s",
+        "            freshness p50 1.2 s, p99 2.5 s, max 3.5 s",
+        "bronze      5678 rows, staged up to 0/16B3748",
+        "pending     2 staged files (3.0 MiB) not yet in bronze",
+        "snapshots   20250601T100000-initial-ab12cd  initial      1/2 tables  650 rows  in progress",
+        "",
+        "table                 rows  applied up to",
+        "public.orders          200  0/16B3748 #5",
+        'public."Order Items"     -  not yet created',
+        "",
+        "ok",
+    ]
+
+
+def test_a_position_from_a_snapshot_read_says_so() -> None:
+    read = st.TableStatus("public.orders", "created", 250, 1, "0/192EEE8", -1)
+
+    assert st.format_status(sample(tables=(read,))).splitlines()[12] == (
+        "public.orders   250  0/192EEE8 (snapshot read)"
+    )
+
+
+def test_a_missing_slot_exits_1_with_the_way_out() -> None:
+    status = sample(slot=st.SlotStatus("orders_cdc", exists=False))
+    status = replace(status, problems=tuple(st._problems(status, ran=True)))
+
+    text = st.format_status(status)
+
+    assert status.exit_code == 1
+    assert "slot        orders_cdc: MISSING" in text
+    assert "problem: slot orders_cdc does not exist (dropped?)" in text
+    assert "snapshot.mode when_needed" in text
+    assert not text.endswith("ok")
+
+
+def test_a_lost_slot_and_a_stale_pipeline_are_problems() -> None:
+    status = sample(slot=replace(sample().slot, wal_status="lost"), idle_s=7500.0)
+
+    problems = st._problems(status, ran=True)
+
+    assert status.stale
+    assert [p.split(":")[0] for p in problems] == [
+        "slot orders_cdc lost WAL it needed (wal_status lost)",
+        "the pipeline has not run for 2 h 5 min (more than --stale-after 3600 s)",
+    ]
+
+
+def test_an_unreachable_source_exits_75_and_the_lake_is_still_shown() -> None:
+    status = sample(source=st.SourceStatus(False, "cannot connect to PostgreSQL at x: refused"),
+                    slot=st.SlotStatus("orders_cdc"))  # fmt: skip
+    status = replace(status, problems=tuple(st._problems(status, ran=True)))
+
+    text = st.format_status(status)
+
+    assert status.exit_code == 75
+    assert "slot        orders_cdc: unknown, the source is unreachable" in text
+    assert "public.orders          200  0/16B3748 #5" in text
+    assert "problem: source unreachable: cannot connect to PostgreSQL at x: refused" in text
+
+
+def test_the_json_form_has_stable_snake_case_keys() -> None:
+    data = json.loads(st.format_json(sample()))
+
+    assert list(data) == [
+        "pipeline", "env", "checked_at", "lake", "source", "slot", "last_batch", "idle_s",
+        "stale_after_s", "bronze", "tables", "snapshots", "pending", "problems", "warnings",
+        "stale", "healthy", "exit_code",
+    ]  # fmt: skip
+    assert data["slot"] == {
+        "name": "orders_cdc", "exists": True, "active": False, "active_pid": None,
+        "wal_status": "reserved", "confirmed_flush_lsn": "0/16B3748", "restart_lsn": "0/16B3710",
+        "retained_wal_bytes": 56, "safe_wal_size_bytes": None,
+    }  # fmt: skip
+    assert data["tables"][0] == {
+        "table": "public.orders", "state": "created", "rows": 200, "version": 4,
+        "applied_lsn": "0/16B3748", "applied_seq": 5, "staged_end": None, "error": None,
+    }  # fmt: skip
+    assert data["tables"][1]["state"] == "not_created"
+    assert data["last_batch"]["freshness_max_s"] == 3.5
+    assert data["pending"] == {"files": 2, "bytes": 3 * 1024 * 1024}
+    assert (data["stale"], data["healthy"], data["exit_code"]) == (False, True, 0)
+
+
+def test_status_of_a_pipeline_whose_server_is_down_reads_the_lake(tmp_path: Path) -> None:
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
+    (tmp_path / "pipelines" / "p.yaml").write_text(
+        "name: p\nsource:\n  dsn: postgresql://postgres@127.0.0.1:1/shop\n  slot: p_cdc\n"
+        f"  publication: p_cdc\n  tables: [public.t]\ntarget:\n  root: {tmp_path / 'lake'}\n"
+    )
+    config = load_pipeline("p", "local", home=tmp_path, environ={})
+    commit(Path(Lake(config.pipeline.target.root).bronze), 0, {"add": add("a.parquet", 9)},
+           metadata={"bronze_staged_end": "0/10"})  # fmt: skip
+
+    status = st.gather_status(config, now=NOW)
+
+    assert status.exit_code == 75
+    assert "127.0.0.1" in str(status.source.error)
+    assert (status.bronze.rows, status.bronze.staged_end) == (9, "0/10")
+    assert status.tables == (st.TableStatus("public.t", "not_created"),)
+    assert (status.last_batch, status.stale, status.snapshots) == (None, False, ())
+
+
+def test_a_lake_that_is_not_local_is_a_usage_error() -> None:
+    assert st.local_root("file:///data/lake") == Path("/data/lake")
+    with pytest.raises(UsageError, match="local file system only"):
+        st.local_root("s3a://bucket/lake")
+
+
+def test_the_watermark_keys_are_the_stages_own() -> None:
+    from cdc_core import bronze, silver
+
+    assert (st.BRONZE_WATERMARK, st.SILVER_WATERMARK) == (bronze.WATERMARK, silver.WATERMARK)
+
+
+def test_status_never_imports_pyspark() -> None:
+    code = "import sys, cdc_core.status, cdc_core.cli; sys.exit('pyspark' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
