@@ -8,10 +8,13 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 
 from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CdcError, UsageError
 
@@ -39,12 +42,33 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
         return EXIT_FAILURE
 
 
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO-8601), level, logger, message[, exception]."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False)
+
+
 def configure_logging(debug: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    """Plain lines on a terminal; JSON lines otherwise (schedulers, log shippers).
+    CDC_LOG_FORMAT=text or json chooses."""
+    handler = logging.StreamHandler(sys.stderr)
+    wanted = os.environ.get("CDC_LOG_FORMAT") or ("text" if sys.stderr.isatty() else "json")
+    if wanted == "json":
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, handlers=[handler])
     for noisy in ("py4j", "psycopg"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if not debug:  # PySpark logs every failed query as a JSON record; one line says it all
