@@ -260,7 +260,7 @@ def _record(
     number = int(previous.get("batch", 0)) + 1 if previous else 1
     record = {
         "pipeline": summary.pipeline, "batch": number,
-        "started_at": iso(started_us), "ended_at": iso(now_us()),
+        "started_at": iso(started_us), "visible_at": iso(visible_us), "ended_at": iso(now_us()),
         "seconds": round(summary.seconds, 3),
         "lsn_from": str(files[0].start) if files else None,
         "lsn_to": str(files[-1].end) if files else None,

@@ -1,0 +1,171 @@
+"""Benchmark: freshness of `ingest --continuous` under a steady workload.
+
+    python benchmarks/freshness.py [--rate 1000] [--minutes 10] [--trigger 1]
+
+A throwaway PostgreSQL gets the shop sample (customers, orders, order_items); the `orders`
+pipeline runs `--continuous` in its own process (as users run it) while the shop workload
+writes `rate` row changes per second for `minutes`. Freshness is measured per change: from its
+commit in PostgreSQL (the staged `commit_time_us`) to the moment the batch that applied it
+finished its silver MERGE (`visible_at` of the batch line). Prints p50, p99 and max over the
+whole window, p50 per minute (does the lag grow?), the rate the workload reached, and the
+baseline measured in the same run: the freshness of a batch that merges nothing but a single
+change (what one idle batch costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from cdc_core.lake import Lake
+from cdc_core.launch import submit_environment
+from cdc_core.lsn import Lsn
+from cdc_core.metrics import batches_file
+from cdc_core.pg.local import throwaway_cluster
+from cdc_core.sample.shop import create_schema, load_shop
+from cdc_core.sample.workload import WorkloadSpec, run_workload
+from cdc_core.stager import staged_files
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pipeline_home(home: Path, dsn: str, trigger: float) -> None:
+    (home / "pipelines").mkdir(parents=True)
+    (home / "conf").mkdir()
+    (home / "conf" / "local.yaml").write_text((ROOT / "conf" / "local.yaml").read_text())
+    (home / "pipelines" / "orders.yaml").write_text(
+        textwrap.dedent(f"""\
+        name: orders
+        source:
+          dsn: {dsn}
+          slot: bench_orders
+          publication: bench_orders
+          tables: [public.customers, public.orders, public.order_items]
+        snapshot:
+          mode: initial
+        capture:
+          trigger_interval_s: {trigger}
+        target:
+          root: {home / "lake"}
+        """)
+    )
+
+
+def batches(lake: Lake) -> list[dict[str, object]]:
+    path = batches_file(lake)
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for_batches(lake: Lake, n: int, proc: subprocess.Popen[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(batches(lake)) < n:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the pipeline stopped or stalled (exit {proc.poll()})")
+        time.sleep(0.5)
+
+
+def per_change_lags(
+    lake: Lake, lines: list[dict[str, object]], since_us: int
+) -> list[tuple[int, float]]:
+    """(commit time, seconds to visible) of every change a batch applied, committed after `since_us`."""
+    files = staged_files(lake.changes)
+    out: list[tuple[int, float]] = []
+    for b in lines:
+        if not b.get("lsn_from"):
+            continue
+        lo, hi = Lsn.parse(str(b["lsn_from"])), Lsn.parse(str(b["lsn_to"]))
+        visible = datetime.fromisoformat(str(b["visible_at"])).timestamp() * 1e6
+        for f in files:
+            if f.start >= lo and f.end <= hi:
+                times = pq.read_table(lake.changes / str(f), columns=["commit_time_us"])
+                for t in times["commit_time_us"].to_pylist():
+                    if t >= since_us:
+                        out.append((t, (visible - t) / 1e6))
+    return out
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    arr = pa.array(values, pa.float64())
+    p50, p99 = pc.quantile(arr, q=[0.5, 0.99], interpolation="nearest").to_pylist()
+    return p50, p99, pc.max(arr).as_py()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rate", type=float, default=1000)
+    parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--trigger", type=float, default=1.0)
+    args = parser.parse_args()
+    with throwaway_cluster("fresh") as cluster, tempfile.TemporaryDirectory() as tmp:
+        dsn = cluster.dsn("postgres")
+        create_schema(dsn)
+        load_shop(dsn, customers=20_000)
+        home = Path(tmp)
+        pipeline_home(home, dsn, args.trigger)
+        lake = Lake(str(home / "lake"))
+        log = (home / "ingest.log").open("w")  # a pipe would fill and block the job
+        env = submit_environment({"CDC_HOME": str(home), "CDC_LOG_FORMAT": "text"})
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "orders", "--continuous"],
+            env=env, cwd=home, stdout=log, stderr=log, text=True,
+        )  # fmt: skip
+        try:
+            wait_for_batches(lake, 2, proc, 900)  # the snapshot, then one streaming batch
+            # baseline: one change, then the freshness of the batch that applies it
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("UPDATE customers SET full_name = full_name WHERE id = 1")
+            n = len(batches(lake))
+            wait_for_batches(lake, n + 2, proc, 300)
+            base = [b for b in batches(lake)[n:] if b.get("changes")]
+            baseline = float(base[0]["freshness_max_s"]) if base else float("nan")  # type: ignore[arg-type]
+
+            start_us = int(time.time() * 1e6)
+            spec = WorkloadSpec(duration_s=args.minutes * 60, rate=args.rate, concurrency=4)
+            stats = run_workload(dsn, spec)
+            end_us = int(time.time() * 1e6)
+            m = len(batches(lake))
+            wait_for_batches(lake, m + 3, proc, 900)  # the backlog drains
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=600)
+        assert proc.returncode == 0, (home / "ingest.log").read_text()[-3000:]
+        lines = batches(lake)
+        lags = [(t, s) for t, s in per_change_lags(lake, lines, start_us) if t <= end_us]
+        p50, p99, mx = quantiles([s for _, s in lags])
+        rate = stats.rows_changed_committed / stats.seconds
+        print(f"workload: {stats.rows_changed_committed} committed row changes in "
+              f"{stats.seconds:.0f} s = {rate:.0f}/s (asked {args.rate:.0f}/s), "
+              f"{len(lags)} changes measured, trigger {args.trigger} s")  # fmt: skip
+        print(f"freshness over the window: p50 {p50:.2f} s, p99 {p99:.2f} s, max {mx:.2f} s")
+        print(
+            f"baseline (one change, idle pipeline): {baseline:.2f} s; "
+            f"p50/baseline = {p50 / baseline:.2f}"
+        )
+        minute = 60 * 1_000_000
+        buckets: dict[int, list[float]] = {}
+        for t, s in lags:
+            buckets.setdefault((t - start_us) // minute, []).append(s)
+        trend = ", ".join(f"{quantiles(v)[0]:.1f}" for _, v in sorted(buckets.items()))
+        print(f"p50 per minute (s): {trend}")
+        streamed = [b for b in lines if b.get("changes")]
+        secs = [float(b["seconds"]) for b in streamed]  # type: ignore[arg-type]
+        print(f"batches with changes: {len(streamed)}, batch seconds p50 {quantiles(secs)[0]:.1f}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    main()
