@@ -24,10 +24,26 @@ def read_watermark(spark: SparkSession, path: str, key: str) -> dict[str, object
     """The newest commit metadata of table `path` that records `key`, or None."""
     if not DeltaTable.isDeltaTable(spark, path):
         return None
+    found = _newest_record(spark, path, key)
+    return found[1] if found else None
+
+
+def watermark_depth(spark: SparkSession, path: str, key: str) -> int | None:
+    """How many commits of table `path` came after the newest one that records `key` (0: it is
+    the newest); None when none of the last HISTORY_DEPTH commits records it."""
+    found = _newest_record(spark, path, key)
+    return found[0] if found else None
+
+
+def _newest_record(
+    spark: SparkSession, path: str, key: str
+) -> tuple[int, dict[str, object]] | None:
+    """(commits after it, metadata) of the newest commit whose metadata records `key`."""
     history = (
         DeltaTable.forPath(spark, path).history(HISTORY_DEPTH).select("version", "userMetadata")
     )
-    for row in history.orderBy("version", ascending=False).collect():
+    rows = history.orderBy("version", ascending=False).collect()
+    for depth, row in enumerate(rows):
         if not row.userMetadata:
             continue
         try:
@@ -35,7 +51,7 @@ def read_watermark(spark: SparkSession, path: str, key: str) -> dict[str, object
         except ValueError:
             continue  # someone else's metadata
         if isinstance(data, dict) and key in data:
-            return data
+            return depth, data
     return None
 
 

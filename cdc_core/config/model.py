@@ -24,6 +24,7 @@ _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _PIPELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+SAFE_VACUUM_HOURS = 168  # Delta's delta.deletedFileRetentionDuration default
 
 
 @dataclass(frozen=True)
@@ -604,6 +605,63 @@ class SilverConfig:
 
 
 @dataclass(frozen=True)
+class MaintenanceConfig:
+    """What `jobs/maintain.py` does: compaction, VACUUM, removal of applied staged files, bronze
+    retention."""
+
+    optimize: bool = field(
+        default=True,
+        metadata=meta("compact small files (Delta OPTIMIZE) of bronze, every silver mirror and "
+                      "the transactions table"),
+    )  # fmt: skip
+    vacuum: bool = field(
+        default=True,
+        metadata=meta("remove the files of those tables that no version inside the retention "
+                      "uses any more (Delta VACUUM)"),
+    )  # fmt: skip
+    vacuum_retention_hours: int = field(
+        default=168,
+        metadata=meta("VACUUM keeps every file a table version of the last this many hours "
+                      "uses; below Delta's safety minimum of 168 (7 days) only with "
+                      "vacuum_retention_check: false"),
+    )  # fmt: skip
+    vacuum_retention_check: bool = field(
+        default=True,
+        metadata=meta("keep Delta's check (spark.databricks.delta.retentionDurationCheck."
+                      "enabled) that refuses a retention below 168 hours; false turns it off "
+                      "for maintenance's VACUUM only, and then no query or ingest run may last "
+                      "longer than the retention, or it loses files it reads"),
+    )  # fmt: skip
+    staged_retention_hours: int = field(
+        default=24,
+        metadata=meta("a staged change file is removed once bronze holds it and it is older "
+                      "than this (modification time); a file not yet in bronze never is, nor "
+                      "the newest one (capture resumes after it)"),
+    )  # fmt: skip
+    bronze_retention_days: int | None = field(
+        default=None,
+        metadata=meta("delete bronze rows committed more than this many days ago, but only "
+                      "rows silver has merged (never one past its table's silver watermark); "
+                      "logical decoding messages by age alone; unset: keep bronze forever, "
+                      "0: every merged row"),
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        for key in ("vacuum_retention_hours", "staged_retention_hours", "bronze_retention_days"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise FieldError(key, f"{value} is negative: give 0 or more")
+        if self.vacuum_retention_check and self.vacuum_retention_hours < SAFE_VACUUM_HOURS:
+            raise FieldError(
+                "vacuum_retention_hours",
+                f"{self.vacuum_retention_hours} is below Delta's safety minimum of "
+                f"{SAFE_VACUUM_HOURS} hours (7 days), which protects queries and ingest runs "
+                "still reading older files; raise it, or set vacuum_retention_check: false "
+                "if nothing runs longer than that",
+            )
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     """One pipeline file: what is captured, and where it lands."""
 
@@ -617,6 +675,10 @@ class PipelineConfig:
         default_factory=CaptureConfig, metadata=meta("reading the slot and staging")
     )
     silver: SilverConfig = field(default_factory=SilverConfig, metadata=meta("the silver mirrors"))
+    maintenance: MaintenanceConfig = field(
+        default_factory=MaintenanceConfig,
+        metadata=meta("jobs/maintain.py: compaction, VACUUM, staged files, bronze retention"),
+    )
 
     def __post_init__(self) -> None:
         if not _PIPELINE_NAME.fullmatch(self.name):

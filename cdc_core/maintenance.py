@@ -1,0 +1,339 @@
+"""Beside the stages: compaction and VACUUM of every Delta table, applied staged files, retention.
+
+Safe while ingest runs. Each change to a Delta table is one Delta transaction, so a reader sees
+the table before or after it; when a concurrent ingest commit conflicts, the loser fails whole
+(an ingest stage resumes on its next run, maintenance reports the table and exits 75). Outside
+Delta it removes only staged files bronze already holds. Bronze retention deletes a table's
+rows only up to its silver watermark, a position that only moves forward.
+
+Its commits record `{"maintenance": <run>}` and no stage's watermark, so the stages skip them
+when they look for their progress in the last `HISTORY_DEPTH` commits (`cdc_core.lake_state`).
+A run makes few (per table at most a DELETE, an OPTIMIZE and a VACUUM's START and END, none when
+there is nothing to do), and leaves alone a table whose watermark is already deep in its history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from delta.exceptions.captured import (  # its import makes PySpark raise these, not Py4JJavaError
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+from delta.tables import DeltaTable
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.bronze import TRANSACTIONS_WATERMARK, applied_end
+from cdc_core.bronze import WATERMARK as BRONZE_WATERMARK
+from cdc_core.config import Config
+from cdc_core.config.model import MaintenanceConfig
+from cdc_core.envelope import MESSAGES_TABLE
+from cdc_core.errors import TransientError
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.lake_state import HISTORY_DEPTH, committing, read_watermark, watermark_depth
+from cdc_core.lsn import Lsn
+from cdc_core.silver import WATERMARK as SILVER_WATERMARK
+from cdc_core.silver_batch import after_position
+from cdc_core.silver_table import sql_name
+from cdc_core.spark import build_spark
+from cdc_core.stager import staged_files
+
+log = logging.getLogger("cdc_core.maintenance")
+
+RUN_KEY = "maintenance"  # the userMetadata key of maintenance commits
+COMMITS_PER_TABLE = 4  # at most, per run: DELETE (bronze), OPTIMIZE, VACUUM START and END
+HEADROOM = 50  # of the commits the stages search, kept for their own commits without watermark
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+CONFLICTS = (
+    DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException,
+    ProtocolChangedException, ConcurrentAppendException, ConcurrentDeleteReadException,
+    ConcurrentDeleteDeleteException, ConcurrentTransactionException,
+)  # fmt: skip
+_MS_PER_DAY = 86_400_000
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How one maintenance run treats every table."""
+
+    config: MaintenanceConfig
+    commit: Mapping[str, object]  # the userMetadata of its commits
+    vacuum_conf: Mapping[str, str]  # session settings while VACUUM runs
+
+    @classmethod
+    def of(cls, spark: SparkSession, config: Config) -> RunSettings:
+        """VACUUM lists files with Spark's partition-discovery parallelism (10,000 tasks by
+        default, a minute for a small table on two cores): the cluster's parallelism instead,
+        unless the environment sets it. Delta's retention check goes off only when the user
+        turned it off."""
+        settings = config.pipeline.maintenance
+        conf = {}
+        if LISTING_PARALLELISM not in config.env.spark.conf:
+            conf[LISTING_PARALLELISM] = str(spark.sparkContext.defaultParallelism)
+        if not settings.vacuum_retention_check:
+            conf[RETENTION_CHECK] = "false"
+        return cls(settings, {RUN_KEY: uuid.uuid4().hex[:12]}, conf)
+
+
+@dataclass(frozen=True)
+class TableReport:
+    """What maintenance did to one Delta table; None: that step did not run."""
+
+    name: str
+    deleted_rows: int | None = None  # bronze retention
+    compacted: tuple[int, int] | None = None  # files removed, files added by OPTIMIZE
+    vacuumed: int | None = None  # files VACUUM deleted
+    skipped: str | None = None  # why the table was left alone
+    conflict: str | None = None  # a concurrent commit won; the next run tries again
+
+    def describe(self) -> str:
+        if self.skipped:
+            return f"{self.name}: left alone ({self.skipped})"
+        steps = []
+        if self.deleted_rows is not None:
+            steps.append(f"{self.deleted_rows} rows past the retention deleted")
+        if self.compacted is not None:
+            removed, added = self.compacted
+            steps.append(
+                f"{removed} files compacted into {added}" if removed else "nothing to compact"
+            )
+        if self.vacuumed is not None:
+            steps.append(f"vacuum removed {self.vacuumed} files")
+        if self.conflict:
+            steps.append(f"stopped by a concurrent commit ({self.conflict})")
+        return f"{self.name}: " + (", ".join(steps) or "nothing to do")
+
+
+@dataclass(frozen=True)
+class StagedReport:
+    """Staged change files removed, and those kept."""
+
+    removed: int
+    pending: int  # not yet in bronze: never removed
+    recent: int  # in bronze, but younger than the retention or the newest file
+
+    def describe(self) -> str:
+        return (
+            f"staged files: {self.removed} removed (in bronze and past the retention), "
+            f"{self.recent} in bronze kept, {self.pending} not yet in bronze kept"
+        )
+
+
+@dataclass(frozen=True)
+class MaintenanceSummary:
+    """What a run did, a line per table; `conflicts` name the tables to run again."""
+
+    pipeline: str
+    lake_root: str
+    staged: StagedReport
+    tables: tuple[TableReport, ...]
+    seconds: float
+
+    @property
+    def conflicts(self) -> list[str]:
+        return [t.name for t in self.tables if t.conflict]
+
+    def describe(self) -> str:
+        head = f"maintenance of pipeline {self.pipeline}: lake {self.lake_root} "
+        head += f"({self.seconds:.1f} s)"
+        return "\n".join([head, self.staged.describe(), *(t.describe() for t in self.tables)])
+
+
+def maintain(config: Config) -> MaintenanceSummary:
+    """Staged files, then bronze (retention, compaction, VACUUM), each silver mirror and the
+    transactions table (compaction, VACUUM)."""
+    started = time.monotonic()
+    pipeline, settings = config.pipeline, config.pipeline.maintenance
+    lake = Lake(pipeline.target.root)
+    spark = build_spark(config.env.spark, f"cdc-maintain-{pipeline.name}")
+    run = RunSettings.of(spark, config)
+    staged = remove_applied_staged(lake, applied_end(spark, lake), settings.staged_retention_hours)
+    retention = None
+    if settings.bronze_retention_days is not None:
+        merged = silver_positions(spark, lake, pipeline.source.tables)
+        cutoff_ms = time.time_ns() // 1_000_000 - settings.bronze_retention_days * _MS_PER_DAY
+        retention = retention_condition(merged, cutoff_ms)
+    targets = [("bronze", lake.bronze, BRONZE_WATERMARK)]
+    targets += [(f"silver {t.qualified}", lake.silver(t), SILVER_WATERMARK)
+                for t in pipeline.source.tables]  # fmt: skip
+    if pipeline.source.provide_transaction_metadata or DeltaTable.isDeltaTable(
+        spark, lake.transactions
+    ):
+        targets.append(("transactions", lake.transactions, TRANSACTIONS_WATERMARK))
+    reports = []
+    for name, path, key in targets:
+        if not DeltaTable.isDeltaTable(spark, path):
+            reports.append(TableReport(name, skipped="not created yet"))
+            continue
+        delete = retention if path == lake.bronze else None
+        reports.append(maintain_table(spark, name, path, key, run, delete=delete))
+    return MaintenanceSummary(pipeline.name, lake.root, staged, tuple(reports),
+                              time.monotonic() - started)  # fmt: skip
+
+
+def check(summary: MaintenanceSummary) -> None:
+    """Raise TransientError (exit 75: run it again) when a concurrent commit stopped a table."""
+    if summary.conflicts:
+        raise TransientError(
+            f"maintenance of pipeline {summary.pipeline}: a concurrent commit (an ingest run) "
+            f"won on {', '.join(summary.conflicts)}; nothing was lost, run maintenance again"
+        )
+
+
+def maintain_table(
+    spark: SparkSession, name: str, path: str, key: str, run: RunSettings, *,
+    delete: Column | None = None,
+) -> TableReport:  # fmt: skip
+    """DELETE `delete` (if given), OPTIMIZE, VACUUM; each its own Delta transaction. Left alone
+    while the stage's newest watermark (`key`) is deep enough in the history that these commits
+    could push it out of reach."""
+    depth = watermark_depth(spark, path, key)
+    if depth is not None and depth + COMMITS_PER_TABLE > HISTORY_DEPTH - HEADROOM:
+        return TableReport(name, skipped=f"its newest {key} watermark is {depth} commits back; "
+                           "maintenance waits until the next ingest commit to it")  # fmt: skip
+    table = DeltaTable.forPath(spark, path)
+    deleted = compacted = vacuumed = None
+    try:
+        with committing(spark, run.commit):
+            if delete is not None:
+                deleted = delete_rows(table, delete)
+            if run.config.optimize:
+                compacted = compact(table)
+            if run.config.vacuum:
+                vacuumed = vacuum(spark, table, path, run)
+    except CONFLICTS as e:
+        log.warning("%s: a concurrent commit won (%s); the next run tries again", name, e)
+        return TableReport(name, deleted, compacted, vacuumed, conflict=type(e).__name__)
+    report = TableReport(name, deleted, compacted, vacuumed)
+    log.info("%s", report.describe())
+    return report
+
+
+def delete_rows(table: DeltaTable, condition: Column) -> int:
+    """Rows `condition` deleted (no commit when none match)."""
+    before = _version(table)
+    table.delete(condition)
+    return int(_metric(table, before, "DELETE", "numDeletedRows"))
+
+
+def compact(table: DeltaTable) -> tuple[int, int]:
+    """OPTIMIZE: (files removed, files added); no commit when there is nothing to compact."""
+    row = table.optimize().executeCompaction().first()
+    metrics = row["metrics"] if row else None
+    if metrics is None:
+        return 0, 0
+    return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def vacuum(spark: SparkSession, table: DeltaTable, path: str, run: RunSettings) -> int:
+    """VACUUM with the configured retention: files deleted. A dry run first, so that a table
+    with nothing to delete gets no commits (a VACUUM always writes a START and an END)."""
+    hours = run.config.vacuum_retention_hours
+    with _session_conf(spark, run.vacuum_conf):
+        dry = spark.sql(f"VACUUM {sql_name(path)} RETAIN {hours} HOURS DRY RUN")
+        if not dry.limit(1).count():
+            return 0
+        before = _version(table)
+        table.vacuum(float(hours))
+    return int(_metric(table, before, "VACUUM END", "numDeletedFiles"))
+
+
+@contextlib.contextmanager
+def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """`conf` set on the session inside the block only."""
+    previous: dict[str, str | None] = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def _version(table: DeltaTable) -> int:
+    row = table.history(1).select("version").first()
+    return int(row[0]) if row else -1
+
+
+def _metric(table: DeltaTable, after: int, operation: str, metric: str) -> int:
+    """`metric` of the newest `operation` committed after version `after` (0: none)."""
+    rows = (
+        table.history(HISTORY_DEPTH)
+        .where((F.col("version") > after) & (F.col("operation") == operation))
+        .orderBy(F.col("version").desc())
+        .select("operationMetrics")
+        .collect()
+    )
+    metrics = (rows[0]["operationMetrics"] or {}) if rows else {}
+    return int(metrics.get(metric, 0))
+
+
+def silver_positions(
+    spark: SparkSession, lake: Lake, tables: tuple[TableName, ...]
+) -> dict[str, tuple[int, int]]:
+    """The position up to which silver has merged each table (tables without a mirror or a
+    watermark are left out: none of their rows counts as merged)."""
+    out = {}
+    for table in tables:
+        mark = read_watermark(spark, lake.silver(table), SILVER_WATERMARK)
+        value = mark.get(SILVER_WATERMARK) if mark else None
+        if isinstance(value, list) and len(value) == 2:
+            out[table.qualified] = (int(value[0]), int(value[1]))
+    return out
+
+
+def retention_condition(merged: Mapping[str, tuple[int, int]], cutoff_ms: int) -> Column:
+    """Bronze rows committed before `cutoff_ms` that nothing still needs: a table's rows at or
+    before its silver position, and logical decoding messages (nothing merges them). Rows of
+    other tables, and rows with a missing position or time (NULL), never match."""
+    committed = F.coalesce(F.col("source.ts_ms"), F.col("ts_ms"))
+    done = F.col("source_table") == F.lit(MESSAGES_TABLE)
+    for table, (lsn, seq) in merged.items():
+        done = done | ((F.col("source_table") == F.lit(table)) & ~after_position(lsn, seq))
+    return (committed < F.lit(cutoff_ms)) & done
+
+
+def remove_applied_staged(lake: Lake, applied: Lsn, retention_hours: int) -> StagedReport:
+    """Remove staged files bronze holds (end at or before `applied`) and older than the
+    retention, by modification time. The newest file stays: capture resumes after it and
+    recognises by it the transactions a restarted slot sends again."""
+    files = staged_files(lake.changes)
+    cutoff = time.time() - retention_hours * 3600
+    removed = recent = 0
+    for f in files:
+        if f.end > applied:
+            continue
+        path = lake.changes / str(f)
+        if f == files[-1] or not _older(path, cutoff):
+            recent += 1
+            continue
+        path.unlink(missing_ok=True)
+        removed += 1
+    pending = sum(1 for f in files if f.end > applied)
+    return StagedReport(removed, pending, recent)
+
+
+def _older(path: Path, cutoff: float) -> bool:
+    try:
+        return path.stat().st_mtime < cutoff
+    except FileNotFoundError:
+        return False  # removed by someone else since the listing

@@ -1,0 +1,147 @@
+"""jobs/maintain.py on a real lake: compaction, VACUUM, applied staged files, bronze retention."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.bronze import WATERMARK as BRONZE_WATERMARK
+from cdc_core.bronze import append_staged, applied_end, pending_files
+from cdc_core.identifiers import TableName
+from cdc_core.lake_state import read_watermark
+from cdc_core.silver import WATERMARK as SILVER_WATERMARK
+from cdc_core.silver_table import sql_name
+from cdc_core.stager import staged_files
+from tests.integration.conftest import PgServer
+from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
+from tests.integration.harness import ingest_ok as ingest
+from tests.integration.mirror import assert_mirror_equals_source
+
+ITEMS, NOTES, QUIET = (TableName("public", n) for n in ("items", "notes", "quiet"))
+
+
+def maintain(p: Pipeline) -> subprocess.CompletedProcess[str]:
+    """`python jobs/maintain.py --pipeline p`, the way users run it."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "maintain.py"), "--pipeline", "p"],
+        env=p.env(), cwd=p.home, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+
+
+def live_files(spark: SparkSession, path: str) -> int:
+    return int(spark.sql(f"DESCRIBE DETAIL {sql_name(path)}").first()["numFiles"])
+
+
+def parquet_files(path: str) -> int:
+    return sum(1 for _ in Path(path).rglob("*.parquet"))
+
+
+def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "CREATE TABLE notes (id int PRIMARY KEY, v text)",
+        "CREATE TABLE quiet (id int PRIMARY KEY)")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.items", "public.notes", "public.quiet"],
+        extra="maintenance:\n  staged_retention_hours: 0\n  vacuum_retention_hours: 0\n"
+              "  vacuum_retention_check: false\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0  # the slot, before any change
+    for run in range(3):  # small commits: many small files in bronze and silver
+        sql(dsn, f"INSERT INTO items SELECT g, 'v{run}' FROM generate_series({run * 10}, "
+                 f"{run * 10 + 9}) g",
+            f"UPDATE items SET v = 'u{run}' WHERE id < {run * 5}",
+            f"INSERT INTO notes VALUES ({run}, 'n{run}')")  # fmt: skip
+        ingest(p)
+    applied = applied_end(spark, p.lake)
+    assert len(staged_files(p.changes)) == 3
+    sql(dsn, "UPDATE items SET v = 'late' WHERE id = 1", "DELETE FROM notes WHERE id = 0")
+    assert p.ingest("--capture-only").returncode == 0  # staged, not yet in bronze
+    waiting = [f for f in staged_files(p.changes) if f.end > applied]
+    assert waiting
+    silver = p.lake.silver(ITEMS)
+    files_before = {path: live_files(spark, path) for path in (p.lake.bronze, silver)}
+    on_disk_before = parquet_files(silver)
+
+    run = maintain(p)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("bronze: ") and "files compacted into" in line for line in lines)
+    assert any(line.startswith("silver public.items: ") and "vacuum removed" in line
+               for line in lines), run.stdout  # fmt: skip
+    assert "silver public.quiet: left alone (not created yet)" in lines
+    assert any(line.startswith("staged files: ") for line in lines)
+    for path, before in files_before.items():
+        assert live_files(spark, path) < before, f"{path}: OPTIMIZE did not compact"
+        history = DeltaTable.forPath(spark, path).history().collect()
+        ops = [h["operation"] for h in history]
+        assert "OPTIMIZE" in ops, ops
+        for h in history:
+            if h["operation"] in ("OPTIMIZE", "VACUUM START", "VACUUM END"):
+                assert set(json.loads(h["userMetadata"])) == {"maintenance"}  # no watermark
+    assert parquet_files(silver) < on_disk_before, "VACUUM removed no file"
+    assert staged_files(p.changes) == waiting, "only the files not yet in bronze stay"
+    assert read_watermark(spark, p.lake.bronze, BRONZE_WATERMARK) is not None
+    assert read_watermark(spark, silver, SILVER_WATERMARK) is not None
+
+    ingest(p)  # a normal run after maintenance: picks up the waiting file, silver equals source
+    assert applied_end(spark, p.lake) == waiting[-1].end
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 30
+    assert assert_mirror_equals_source(spark, p.lake, dsn, NOTES) == 2
+
+
+def test_bronze_retention_never_deletes_rows_silver_has_not_merged(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "CREATE TABLE notes (id int PRIMARY KEY, v text)")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.items", "public.notes"],
+        extra="maintenance:\n  bronze_retention_days: 0\n",  # every merged row is past it
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0  # the slot, before any change
+    sql(dsn, "INSERT INTO items SELECT g, 'a' FROM generate_series(1, 20) g",
+        "SELECT pg_logical_emit_message(true, 'outbox', 'x')")  # fmt: skip
+    ingest(p)  # merged into silver
+    sql(dsn, "UPDATE items SET v = 'b' WHERE id <= 5", "DELETE FROM items WHERE id = 20",
+        "INSERT INTO notes VALUES (1, 'first')")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    append_staged(spark, p.lake, pending_files(spark, p.lake))  # in bronze, not merged
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    mark = read_watermark(spark, p.lake.silver(ITEMS), SILVER_WATERMARK)
+    assert mark is not None
+    lsn, seq = mark[SILVER_WATERMARK]
+    merged = (F.col("commit_lsn") < lsn) | ((F.col("commit_lsn") == lsn) & (F.col("seq") <= seq))
+    items = bronze.where(F.col("source_table") == "public.items")
+    unmerged = sorted(tuple(r) for r in items.where(~merged).select("commit_lsn", "seq").collect())
+    notes = bronze.where(F.col("source_table") == "public.notes").count()
+    assert len(unmerged) == 6  # 5 updates and a delete
+    assert notes == 1  # and notes has no mirror yet
+    total = bronze.count()
+
+    run = maintain(p)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    items = bronze.where(F.col("source_table") == "public.items")
+    left = sorted(tuple(r) for r in items.select("commit_lsn", "seq").collect())
+    assert left == unmerged, "only the merged rows of a table are deleted"
+    assert bronze.where(F.col("source_table") == "public.notes").count() == notes
+    assert bronze.where(F.col("source_table") == "_messages").count() == 0
+    deleted = total - bronze.count()
+    assert deleted == 21  # 20 merged inserts and the message
+    assert f"bronze: {deleted} rows past the retention deleted" in run.stdout
+
+    ingest(p)  # silver takes what was left for it
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 19
+    assert assert_mirror_equals_source(spark, p.lake, dsn, NOTES) == 1

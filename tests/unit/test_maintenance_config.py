@@ -1,0 +1,73 @@
+"""The `maintenance:` section: safe defaults, and bad values stopped at load time by key."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc_core.config import load_pipeline
+from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
+from cdc_core.maintenance import remove_applied_staged
+from cdc_core.stager import StagedFile
+from tests.unit.test_config import CONTRACT, load_error, write_home
+
+
+def test_maintenance_defaults_keep_bronze_and_delta_s_safety_retention(tmp_path: Path) -> None:
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    m = config.pipeline.maintenance
+    assert (m.optimize, m.vacuum, m.vacuum_retention_check) == (True, True, True)
+    assert (m.vacuum_retention_hours, m.staged_retention_hours) == (168, 24)
+    assert m.bronze_retention_days is None  # keep bronze forever
+
+
+@pytest.mark.parametrize(
+    "key", ["vacuum_retention_hours", "staged_retention_hours", "bronze_retention_days"]
+)
+def test_negative_retention_fails_at_load_naming_the_key(tmp_path: Path, key: str) -> None:
+    message = load_error(tmp_path, CONTRACT + f"maintenance:\n  {key}: -1\n")
+    assert message == (f"pipelines/orders.yaml: maintenance.{key}: -1 is negative: give 0 or more")
+
+
+def test_vacuum_below_delta_s_safety_minimum_needs_the_check_turned_off(tmp_path: Path) -> None:
+    short = CONTRACT + "maintenance:\n  vacuum_retention_hours: 24\n"
+    message = load_error(tmp_path, short)
+    assert message.startswith(
+        "pipelines/orders.yaml: maintenance.vacuum_retention_hours: 24 is below Delta's safety "
+        "minimum of 168 hours"
+    )
+    assert "vacuum_retention_check: false" in message
+    home = write_home(tmp_path, short + "  vacuum_retention_check: false\n")
+    config = load_pipeline("orders", "local", home=home, environ={})
+    assert config.pipeline.maintenance.vacuum_retention_hours == 24
+
+
+def _staged(lake: Lake, start: int, end: int, age_s: float) -> StagedFile:
+    f = StagedFile(Lsn(start), Lsn(end))
+    path = lake.changes / str(f)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return f
+
+
+def test_only_old_staged_files_bronze_holds_are_removed_and_never_the_newest(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(str(tmp_path))
+    old = _staged(lake, 0x10, 0x20, 7200)
+    young = _staged(lake, 0x20, 0x30, 60)
+    newest_applied = _staged(lake, 0x30, 0x40, 7200)
+    report = remove_applied_staged(lake, Lsn(0x40), retention_hours=1)
+    assert (report.removed, report.recent, report.pending) == (1, 2, 0)
+    assert not (lake.changes / str(old)).exists()
+    assert (lake.changes / str(young)).exists(), "younger than the retention"
+    assert (lake.changes / str(newest_applied)).exists(), "capture resumes after the newest"
+    waiting = _staged(lake, 0x40, 0x50, 7200)
+    report = remove_applied_staged(lake, Lsn(0x40), retention_hours=0)
+    assert (report.removed, report.recent, report.pending) == (2, 0, 1)
+    assert (lake.changes / str(waiting)).exists(), "not yet in bronze"
