@@ -20,7 +20,7 @@ from cdc_core.config import Config
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pgtypes import TypeModes
-from cdc_core.silver import SilverSettings, TableResult, apply_silver, sweep
+from cdc_core.silver import CaughtUp, SilverSettings, TableResult, apply_silver, sweep
 from cdc_core.snapshot import SnapshotJob
 from cdc_core.state import read_json, stream_file
 
@@ -42,13 +42,15 @@ def silver_settings(config: Config) -> SilverSettings:
 
 
 def apply_staged(
-    spark: SparkSession, lake: Lake, config: Config, *, streaming: bool = True
-) -> tuple[BronzeSummary, list[TableResult], int | None]:
+    spark: SparkSession, lake: Lake, config: Config, *, streaming: bool = True,
+    caught: CaughtUp | None = None,
+) -> tuple[BronzeSummary, list[TableResult], int | None]:  # fmt: skip
     """Append every staged file not yet in bronze, then merge every table's pending rows.
 
     Returns the stream frontier too: bronze holds every change committed before it, so silver
     takes snapshot reads up to it (a read's place in the stream must not be passed before the
     changes committed around it are in). None: the pipeline does not stream, nothing to wait for.
+    `caught`: what this process knows of the mirrors (`CaughtUp`), for batches without snapshots.
     """
     recorded = read_json(stream_file(lake)) if streaming else None  # before listing files
     source = config.pipeline.source
@@ -61,7 +63,8 @@ def apply_staged(
         if recorded is not None:
             frontier = max(frontier, Lsn.parse(str(recorded["confirmed"])).value)
     tables = list(config.pipeline.source.tables)
-    silver = apply_silver(spark, lake, tables, silver_settings(config), frontier=frontier)
+    settings = silver_settings(config)
+    silver = apply_silver(spark, lake, tables, settings, frontier=frontier, caught=caught)
     return bronze, silver, frontier
 
 

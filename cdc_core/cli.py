@@ -1,4 +1,4 @@
-"""The `cdc` command: doctor, status, snapshot requests, the local PostgreSQL, demo and workload.
+"""The `cdc` command: doctor, status, validate, snapshot requests, local PostgreSQL, demo, workload.
 
 Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
 75 transient, 1 anything else) and prints one clear line on stderr; `--debug` adds the
@@ -127,6 +127,36 @@ def _snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from cdc_core.config import load_pipeline
+    from cdc_core.identifiers import TableName
+
+    config = load_pipeline(args.pipeline, args.env)
+    captured = config.pipeline.source.tables
+    tables = []
+    for text in args.table or []:
+        try:
+            table = TableName.parse(text)
+        except ValueError as e:
+            raise UsageError(f"cdc validate: --table {e}") from e
+        if table not in captured:
+            raise UsageError(f"cdc validate: pipeline {args.pipeline} does not capture {table} "
+                             f"(it captures {', '.join(str(t) for t in captured)})")  # fmt: skip
+        tables.append(table)
+    if args.settle < 0 or args.max_keys < 0:
+        raise UsageError("cdc validate: --settle and --max-keys take 0 or more")
+
+    from cdc_core.spark import build_spark
+    from cdc_core.validate import Options, validate
+    from cdc_core.validate_report import format_json, format_report
+
+    spark = build_spark(config.env.spark, f"cdc-validate-{config.pipeline.name}")
+    options = Options(tuple(tables), args.settle, args.max_keys, quality=not args.no_quality)
+    report = validate(config, spark, options)
+    print(format_json(report) if args.json else format_report(report))
+    return report.exit_code
+
+
 def _pg(args: argparse.Namespace) -> int:
     from cdc_core.pg.local import ensure_cluster, find_cluster, home_dir
 
@@ -203,6 +233,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="a blocking snapshot (Debezium's type=blocking) instead of incremental",
     )
     p.set_defaults(run=_snapshot)
+
+    p = sub.add_parser("validate", help="prove each silver mirror equals its source; data quality")
+    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
+    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p.add_argument("--table", action="append", metavar="T",
+                   help="only this captured table, schema.name (repeatable)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON object, for machines")
+    p.add_argument(
+        "--settle", type=float, default=0.0, metavar="SECONDS",
+        help="compare keys that may differ by lag again (while ingest runs) for up to this long",
+    )  # fmt: skip
+    p.add_argument("--max-keys", type=int, default=100, metavar="N",
+                   help="differing keys listed per table (default 100)")  # fmt: skip
+    p.add_argument("--no-quality", action="store_true",
+                   help="skip the great-expectations suites (parity only)")  # fmt: skip
+    p.set_defaults(run=_validate)
 
     p = sub.add_parser("pg", help="the local PostgreSQL cluster used by the demo")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])

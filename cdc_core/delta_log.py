@@ -70,8 +70,24 @@ def read_table(path: Path) -> TableState | None:
 def newest_metadata(path: Path, key: str, depth: int = HISTORY_DEPTH) -> dict[str, object] | None:
     """The newest commit `userMetadata` of the table at `path` that is a JSON object holding
     `key` (a stage's watermark), among the newest `depth` commits; None when there is none."""
+    found = newest_record(path, key, depth)
+    return found[1] if found else None
+
+
+def newest_record(
+    path: Path, key: str, depth: int = HISTORY_DEPTH
+) -> tuple[int, dict[str, object]] | None:
+    """(commits after it, metadata) of the newest commit among the newest `depth` whose
+    `userMetadata` is a JSON object holding `key`; None when there is none. Reads only those
+    commits' files, walking down from the newest version (commits are contiguous; an older one
+    already cleaned up ends the walk, as it ends Delta's own history)."""
     log = path / "_delta_log"
-    for version in sorted(_versions(log), reverse=True)[:depth]:
+    newest = newest_version(path)
+    if newest is None:
+        return None
+    for after, version in enumerate(range(newest, max(newest - depth, -1), -1)):
+        if not (log / f"{version:020d}.json").exists():
+            return None
         for action in _actions(log, version):
             metadata = action.get("commitInfo", {}).get("userMetadata")
             if not metadata:
@@ -81,8 +97,51 @@ def newest_metadata(path: Path, key: str, depth: int = HISTORY_DEPTH) -> dict[st
             except ValueError:
                 continue  # someone else's metadata
             if isinstance(data, dict) and key in data:
-                return data
+                return after, data
     return None
+
+
+def partitions_written(path: Path, after: int, upto: int, column: str) -> set[str] | None:
+    """The values of partition column `column` that commits `after`+1..`upto` added or removed
+    files in; None when it cannot be told (a commit file gone, or a commit that changes the
+    table's metadata), so the caller assumes every partition was written."""
+    log = path / "_delta_log"
+    found: set[str] = set()
+    for version in range(after + 1, upto + 1):
+        if not (log / f"{version:020d}.json").exists():
+            return None
+        for action in _actions(log, version):
+            if "metaData" in action:
+                return None
+            change = action.get("add") or action.get("remove")
+            if change is not None:
+                found.add(str((change.get("partitionValues") or {}).get(column)))
+    return found
+
+
+def newest_version(path: Path) -> int | None:
+    """The table's newest commit version, None when there is no table. Starts from the
+    `_last_checkpoint` hint and probes the commits after it, so a long-lived table's log (a
+    commit per batch) is not listed; the hint may lag behind but never runs ahead, and
+    without one (or with an unreadable one) the log is listed."""
+    log = path / "_delta_log"
+    version = _hinted_checkpoint(log)
+    if version is None:
+        return max(_versions(log), default=None)
+    while (log / f"{version + 1:020d}.json").exists():
+        version += 1
+    return version
+
+
+def _hinted_checkpoint(log: Path) -> int | None:
+    try:
+        hint = json.loads((log / "_last_checkpoint").read_text())
+        version = int(hint["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if (log / f"{version:020d}.json").exists():
+        return version
+    return version if any(log.glob(f"{version:020d}.checkpoint*.parquet")) else None
 
 
 def _versions(log: Path) -> Iterator[int]:

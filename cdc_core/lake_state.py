@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+
+from cdc_core import delta_log
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -38,7 +41,11 @@ def watermark_depth(spark: SparkSession, path: str, key: str) -> int | None:
 def _newest_record(
     spark: SparkSession, path: str, key: str
 ) -> tuple[int, dict[str, object]] | None:
-    """(commits after it, metadata) of the newest commit whose metadata records `key`."""
+    """(commits after it, metadata) of the newest commit whose metadata records `key`. A local
+    table's log is read directly (milliseconds, where Delta's history costs a Spark job)."""
+    local = local_path(path)
+    if local is not None:
+        return delta_log.newest_record(local, key, HISTORY_DEPTH)
     history = (
         DeltaTable.forPath(spark, path).history(HISTORY_DEPTH).select("version", "userMetadata")
     )
@@ -72,3 +79,21 @@ def committing(
     finally:
         for key in settings:
             spark.conf.unset(key)
+
+
+def table_version(spark: SparkSession, path: str) -> int:
+    """The newest commit version of the table at `path`, -1 when there is none."""
+    local = local_path(path)
+    if local is not None:
+        version = delta_log.newest_version(local)
+        return -1 if version is None else version
+    row = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    return int(row[0]) if row else -1
+
+
+def local_path(path: str) -> Path | None:
+    """`path` as a local directory, or None for a URI with a scheme (s3a://, abfss://, ...)."""
+    scheme, sep, rest = path.partition("://")
+    if not sep:
+        return Path(path)
+    return Path(rest) if scheme == "file" else None

@@ -70,6 +70,7 @@ class Totals:
     events: int = 0
     transactions: int = 0
     batches: int = 0
+    table_flushed: float | None = None  # monotonic time of the last metrics-table append
 
 
 def now_us() -> int:
@@ -166,8 +167,8 @@ def write_prometheus(lake: Lake, record: dict[str, Any]) -> None:
 
 _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("pipeline", "string"), ("batch", "bigint"), ("started_at", "timestamp"),
-    ("ended_at", "timestamp"), ("seconds", "double"), ("lsn_from", "string"),
-    ("lsn_to", "string"), ("confirmed", "string"), ("changes", "bigint"),
+    ("visible_at", "timestamp"), ("ended_at", "timestamp"), ("seconds", "double"),
+    ("lsn_from", "string"), ("lsn_to", "string"), ("confirmed", "string"), ("changes", "bigint"),
     ("transactions", "bigint"), ("bronze_changes", "bigint"), ("silver_changes", "bigint"),
     ("freshness_p50_s", "double"), ("freshness_p99_s", "double"), ("freshness_max_s", "double"),
     ("MilliSecondsBehindSource", "bigint"), ("TotalNumberOfEventsSeen", "bigint"),
@@ -175,24 +176,83 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("RowsScanned", "bigint"), ("errors", "array<string>"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
+METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds
 
 
 def metrics_table(lake: Lake) -> str:
     return f"{lake.root}/_state/metrics"
 
 
-def append_metrics_table(spark: SparkSession, lake: Lake, record: dict[str, Any]) -> None:
-    """Append the batch line to the Delta table `_state/metrics` (for SQL over the history);
-    Delta's txnAppId/txnVersion (the batch number) keep a retried append from doubling it."""
+def flush_metrics_table(spark: SparkSession, lake: Lake) -> int:
+    """Append to the Delta table `_state/metrics` (SQL over the history) the batch lines it
+    does not hold yet, in one commit; returns how many. The JSON lines are written first and
+    are the record; the table catches up from them, so `--continuous` appends every
+    `capture.metrics_table_interval_s` rather than paying a Delta commit per batch. The commit
+    records the newest batch it holds, and Delta's txnAppId/txnVersion (that batch number)
+    keep a retried append from doubling it."""
     from pyspark.sql import functions as F
 
-    text = spark.createDataFrame([(json.dumps(record),)], "line string")
+    from cdc_core.lake_state import committing, read_watermark
+
+    path = metrics_table(lake)
+    mark = read_watermark(spark, path, METRICS_WATERMARK)
+    held = int(str(mark[METRICS_WATERMARK])) if mark else _newest_batch_in(spark, path)
+    lines = batch_lines_after(lake, held)
+    if not lines:
+        return 0
+    newest = int(lines[-1]["batch"])
+    text = spark.createDataFrame([(json.dumps(r),) for r in lines], "line string")
     schema = ", ".join(f"`{name}` {kind}" for name, kind in _TABLE_COLUMNS)
-    row = text.select(
+    rows = text.select(
         F.from_json("line", schema, {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}).alias("m")
     ).select("m.*")
-    (
-        row.write.format("delta").mode("append")
-        .option("txnAppId", METRICS_APP).option("txnVersion", int(record["batch"]))
-        .save(metrics_table(lake))
-    )  # fmt: skip
+    with committing(spark, {METRICS_WATERMARK: newest}, app_id=METRICS_APP, version=newest):
+        rows.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+    return len(lines)
+
+
+def _newest_batch_in(spark: SparkSession, path: str) -> int:
+    """The newest batch of a metrics table written before it recorded a watermark (0: none)."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return 0
+    row = spark.read.format("delta").load(path).selectExpr("max(batch)").first()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def batch_lines_after(lake: Lake, batch: int) -> list[dict[str, Any]]:
+    """The batch lines numbered above `batch`, oldest first; reads the file from its end, so a
+    long-lived pipeline's history is not read again."""
+    path = batches_file(lake)
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return []
+    found: list[dict[str, Any]] = []
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        tail = b""
+        while end > 0:
+            start = max(0, end - _TAIL_BYTES)
+            f.seek(start)
+            chunk = f.read(end - start) + tail
+            lines = chunk.split(b"\n")
+            tail = lines.pop(0) if start > 0 else b""  # a line cut by the chunk boundary
+            for line in reversed(lines):
+                record = _parsed(line)
+                if record is None:
+                    continue
+                if int(record.get("batch", 0)) <= batch:
+                    return found[::-1]
+                found.append(record)
+            end = start
+    return found[::-1]
+
+
+def _parsed(line: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None  # an empty line, or one cut by a crash mid-write
+    return data if isinstance(data, dict) else None

@@ -27,7 +27,7 @@ from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import (
     Totals,
-    append_metrics_table,
+    flush_metrics_table,
     freshness,
     iso,
     last_batch,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # the Spark side loads only when a run needs Spark (not --cap
     from pyspark.sql import SparkSession
 
     from cdc_core.bronze import BronzeSummary
-    from cdc_core.silver import TableResult
+    from cdc_core.silver import CaughtUp, TableResult
 
 
 @dataclass(frozen=True)
@@ -148,14 +148,17 @@ def _continuous(
     settings = config.pipeline.capture
     if config.pipeline.snapshot.mode == "initial_only":
         raise UsageError("snapshot.mode initial_only does not stream: run it without --continuous")
+    from cdc_core.silver import CaughtUp
+
     previous = {s: signal.signal(s, stopping) for s in (signal.SIGTERM, signal.SIGINT)}
+    mirrors = CaughtUp()
     last: RunSummary | None = None
     failures = 0
     try:
         while not stop.is_set():
             began = time.monotonic()
             try:
-                last = batch(spark, config, lake, totals)
+                last = batch(spark, config, lake, totals, mirrors)
             except TransientError as e:
                 failures += 1
                 if failures > settings.retries:
@@ -176,6 +179,7 @@ def _continuous(
             signal.signal(s, handler)
     if last is None:
         raise TerminalError("stopped before the first batch finished")
+    flush_metrics_table(spark, lake)  # the batches since the last append
     return last
 
 
@@ -190,9 +194,13 @@ def _after_first_batch(config: Config) -> Config:
     return dataclasses.replace(config, pipeline=pipeline)
 
 
-def batch(spark: SparkSession, config: Config, lake: Lake, totals: Totals) -> RunSummary:
+def batch(
+    spark: SparkSession, config: Config, lake: Lake, totals: Totals,
+    mirrors: CaughtUp | None = None,
+) -> RunSummary:  # fmt: skip
     """One batch: decide, finish pending work, read snapshots, capture, bronze, silver; records
-    the batch's line in `_state/batches.jsonl`."""
+    the batch's line in `_state/batches.jsonl`. `mirrors`: what earlier batches of this process
+    know of the mirrors (lets silver skip tables nothing new came for)."""
     from cdc_core.apply import apply_staged, finish_snapshots
     from cdc_core.bronze import BronzeSummary
     from cdc_core.snapshot_read import read_jobs
@@ -224,7 +232,10 @@ def batch(spark: SparkSession, config: Config, lake: Lake, totals: Totals) -> Ru
         heartbeat(config, lake)
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
-    applied = apply_staged(spark, lake, config, streaming=streaming)
+    if mirrors is not None and begun.jobs:
+        mirrors.versions.clear()  # snapshot reads may wait behind the frontier: check them all
+    known = None if begun.jobs else mirrors
+    applied = apply_staged(spark, lake, config, streaming=streaming, caught=known)
     visible_us = now_us()
     merged = _merge_results(pending[1], applied[1])
     finished = finish_snapshots(
@@ -235,18 +246,40 @@ def batch(spark: SparkSession, config: Config, lake: Lake, totals: Totals) -> Ru
     )
     summary = RunSummary(pipeline.name, lake.root, captured, bronze, tuple(merged),
                          time.monotonic() - started, read, tuple(finished))  # fmt: skip
-    record = _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs))
+    retained_wal = _check_retained_wal(config) if streaming else None
+    record = _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs),
+                     retained_wal=retained_wal)  # fmt: skip
     write_prometheus(lake, record)
-    append_metrics_table(spark, lake, record)
+    interval = config.pipeline.capture.metrics_table_interval_s
+    if totals.table_flushed is None or time.monotonic() - totals.table_flushed >= interval:
+        flush_metrics_table(spark, lake)
+        totals.table_flushed = time.monotonic()
     errors = [t.error for t in merged if t.error]
     if errors:
         raise TerminalError("; ".join(errors))
     return summary
 
 
+def _check_retained_wal(config: Config) -> int | None:
+    """The WAL the server keeps for the slot; past source.retained_wal_warn a warning, past
+    retained_wal_fail an error line naming the way out (the batch goes on: consuming is what
+    frees WAL)."""
+    from cdc_core.status import read_slot, retained_wal_verdict
+
+    source = config.pipeline.source
+    _, slot = read_slot(source.dsn, source.slot)
+    verdict = retained_wal_verdict(
+        slot.name, slot.retained_wal_bytes,
+        warn=source.retained_wal_warn, fail=source.retained_wal_fail,
+    )  # fmt: skip
+    if verdict is not None:
+        (log.error if verdict[0] == "fail" else log.warning)("%s", verdict[1])
+    return slot.retained_wal_bytes
+
+
 def _record(
     lake: Lake, summary: RunSummary, totals: Totals, started_us: int, visible_us: int, *,
-    snapshots: bool,
+    snapshots: bool, retained_wal: int | None,
 ) -> dict[str, Any]:  # fmt: skip
     captured = summary.capture
     files = captured.files if captured else ()
@@ -275,6 +308,7 @@ def _record(
         "NumberOfCommittedTransactions": totals.transactions,
         "SnapshotRunning": snapshots, "RowsScanned": summary.snapshot_rows,
         "errors": [t.error for t in summary.silver if t.error],
+        "retained_wal_bytes": retained_wal,
     }  # fmt: skip
     record_batch(lake, record)
     return record

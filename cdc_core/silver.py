@@ -13,21 +13,22 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cdc_core import delta_log
 from cdc_core.bronze import schema_history
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
-from cdc_core.lake_state import committing, read_watermark
+from cdc_core.lake_state import committing, local_path, read_watermark, table_version
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
 from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
-from cdc_core.silver_table import ensure_silver, register, sql_name, table_version
+from cdc_core.silver_table import ensure_silver, register, sql_name
 
 WATERMARK = "silver_applied"
 MERGE_APP = "cdc-silver"
@@ -64,19 +65,51 @@ class TableResult:
     error: str | None = None
 
 
+@dataclass
+class CaughtUp:
+    """What one process knows between its batches: per mirror, the bronze and silver versions
+    at which the mirror held every bronze row of its table. A later batch skips a table when
+    the mirror is still at that version and no bronze commit since wrote the table's partition
+    (read from the log: milliseconds, where finding the table's pending rows is a Spark job).
+    Only for batches without snapshot work: reads held back behind the stream frontier are
+    pending rows that no new bronze commit announces."""
+
+    versions: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def untouched(self, lake: Lake, table: TableName, bronze: int, silver: int) -> bool:
+        known = self.versions.get(table.qualified)
+        bronze_path = local_path(lake.bronze)
+        if known is None or bronze_path is None or known[1] != silver or known[0] > bronze:
+            return False
+        written = delta_log.partitions_written(bronze_path, known[0], bronze, "source_table")
+        return written is not None and table.qualified not in written
+
+
 def apply_silver(
     spark: SparkSession, lake: Lake, tables: list[TableName], settings: SilverSettings,
-    *, frontier: int | None = None,
+    *, frontier: int | None = None, caught: CaughtUp | None = None,
 ) -> list[TableResult]:  # fmt: skip
     """Apply every table's pending bronze rows; a table that cannot follow its source stops
     alone (its error is in the result) while the others go on. Snapshot reads placed after
-    `frontier` (the stream has not reached them yet) wait."""
+    `frontier` (the stream has not reached them yet) wait. With `caught`, tables that bronze
+    got nothing new for since the last batch are skipped."""
     results = []
+    bronze = table_version(spark, lake.bronze) if caught is not None else -1
     for table in tables:
+        silver = table_version(spark, lake.silver(table)) if caught is not None else -1
+        if caught is not None and caught.untouched(lake, table, bronze, silver):
+            results.append(TableResult(table.qualified, 0))
+            continue
         try:
-            results.append(apply_table(spark, lake, table, settings, frontier=frontier))
+            result = apply_table(spark, lake, table, settings, frontier=frontier)
         except SchemaChangeError as e:
-            results.append(TableResult(table.qualified, 0, str(e)))
+            result = TableResult(table.qualified, 0, str(e))
+        results.append(result)
+        if caught is not None:
+            caught.versions.pop(table.qualified, None)
+            if result.error is None:
+                after = table_version(spark, lake.silver(table))
+                caught.versions[table.qualified] = (bronze, after)
     return results
 
 
@@ -173,11 +206,10 @@ def _merge(
     end: tuple[int, int], settings: SilverSettings, unsent: list[str], reads: bool,
 ) -> None:  # fmt: skip
     """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark."""
-    target = DeltaTable.forPath(spark, path)
-    before = table_version(target)
+    before = table_version(spark, path)
     with committing(spark, {WATERMARK: list(end)}, app_id=MERGE_APP, version=end[0]):
         merge_changes(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
-        if table_version(target) == before:  # nothing to change: record the watermark alone
+        if table_version(spark, path) == before:  # nothing to change: record the watermark alone
             spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ('cdc.watermark' = "
                       f"'{end[0]}/{end[1]}')")  # fmt: skip
 

@@ -28,11 +28,6 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def table_version(table: DeltaTable) -> int:
-    row = table.history(1).select("version").first()
-    return int(row[0]) if row else -1
-
-
 def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
     """Create the mirror, or bring its schema to `shape`: add columns, widen types in place."""
     wanted = shape.spark_schema()

@@ -174,7 +174,15 @@ def gather_status(
     problems = _problems(status, ran=stream_file(lake).exists())
     if snapshot_problem:
         problems.append(snapshot_problem)
-    return replace(status, problems=tuple(problems), warnings=tuple(_warnings(status)))
+    warnings = _warnings(status)
+    source_config = pipeline.source
+    verdict = retained_wal_verdict(
+        slot.name, slot.retained_wal_bytes,
+        warn=source_config.retained_wal_warn, fail=source_config.retained_wal_fail,
+    )  # fmt: skip
+    if verdict is not None:
+        (problems if verdict[0] == "fail" else warnings).append(verdict[1])
+    return replace(status, problems=tuple(problems), warnings=tuple(warnings))
 
 
 def local_root(root: str) -> Path:
@@ -302,6 +310,29 @@ def _problems(status: PipelineStatus, *, ran: bool) -> list[str]:
         if t.state == "unreadable":
             problems.append(f"{t.table}: {t.error}")
     return problems
+
+
+def retained_wal_verdict(
+    slot: str, retained: int | None, *, warn: int, fail: int
+) -> tuple[Literal["warn", "fail"], str] | None:
+    """Whether the WAL the server keeps for `slot` passed source.retained_wal_warn or _fail
+    (0: off), with what to do about it; None when below both or unknown."""
+    if retained is None:
+        return None
+    if fail and retained > fail:
+        return "fail", (
+            f"slot {slot} retains {_bytes(retained)} of WAL, more than source.retained_wal_fail "
+            f"({_bytes(fail)}): the source's disk is at risk. Let ingest catch up (run it now, "
+            "more often, or --continuous); if it cannot, drop the slot (SELECT "
+            f"pg_drop_replication_slot('{slot}')) and take a new snapshot (snapshot.mode "
+            "when_needed does so by itself)"
+        )
+    if warn and retained > warn:
+        return "warn", (
+            f"slot {slot} retains {_bytes(retained)} of WAL, more than source.retained_wal_warn "
+            f"({_bytes(warn)}): the pipeline is behind the source; run it more often"
+        )
+    return None
 
 
 def _warnings(status: PipelineStatus) -> list[str]:

@@ -1,4 +1,5 @@
-"""Test tiers (unit, spark, integration): a per-tier summary, and no silent skips under CI."""
+"""Test tiers (unit, spark, integration, ecosystem): a per-tier summary, and no silent skips
+under CI."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from cdc_core.config import SparkSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-TIERS = ("unit", "spark", "integration")
+TIERS = ("unit", "spark", "integration", "ecosystem")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

@@ -11,7 +11,8 @@ from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from cdc_core.columns import ColumnRules, Rule, checked_pattern
-from cdc_core.config.loader import FieldError, meta
+from cdc_core.config.loader import FieldError, meta, suggest
+from cdc_core.config.validate import ValidateConfig
 from cdc_core.identifiers import TableName
 
 SnapshotMode = Literal["initial", "always", "initial_only", "no_data", "when_needed"]
@@ -335,6 +336,20 @@ class SourceConfig:
                       "database; 0: never", key="heartbeat.interval.ms",
                       debezium="heartbeat.interval.ms"),
     )  # fmt: skip
+    retained_wal_warn: ByteSize = field(
+        default=ByteSize(1 << 30),
+        metadata=meta("WAL the server keeps for the slot (current WAL position less the "
+                      "slot's restart_lsn) above which every batch logs a warning and `cdc "
+                      "status` shows one; 0: never"),
+    )  # fmt: skip
+    retained_wal_fail: ByteSize = field(
+        default=ByteSize(0),
+        metadata=meta("above this the pipeline is unhealthy: `cdc status` reports a problem "
+                      "(exit 1) and every batch logs an error naming the way out; ingest goes "
+                      "on consuming, the only thing that frees the WAL. Set it below the free "
+                      "disk of the source's pg_wal; 0: off",
+                      example="20GiB"),
+    )  # fmt: skip
     heartbeat_action_query: str | None = field(
         default=None,
         metadata=meta("SQL run on the source with each heartbeat, e.g. an INSERT into a "
@@ -380,6 +395,12 @@ class SourceConfig:
                 )
         if self.heartbeat_interval_ms < 0:
             raise FieldError("heartbeat.interval.ms", f"{self.heartbeat_interval_ms} is negative")
+        if self.retained_wal_fail and self.retained_wal_fail <= self.retained_wal_warn:
+            raise FieldError(
+                "retained_wal_fail",
+                f"{self.retained_wal_fail} bytes is not above retained_wal_warn "
+                f"({self.retained_wal_warn} bytes): make it larger, or 0 to turn it off",
+            )
         if not _SLOT_NAME.fullmatch(self.slot):
             raise FieldError(
                 "slot",
@@ -533,14 +554,22 @@ class CaptureConfig:
                       "takes longer is followed at once"),
     )  # fmt: skip
 
+    metrics_table_interval_s: float = field(
+        default=60.0,
+        metadata=meta("--continuous: how often the batch lines are appended to the Delta "
+                      "metrics table _state/metrics (seconds; 0: every batch); the JSON lines "
+                      "and the Prometheus textfile are written every batch"),
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         for key in ("chunk_changes", "file_changes", "peek_changes"):
             if getattr(self, key) < 1:
                 raise FieldError(key, f"{getattr(self, key)} must be at least 1")
         if self.retries < 0:
             raise FieldError("retries", f"{self.retries} must be 0 or more")
-        if self.trigger_interval_s < 0:
-            raise FieldError("trigger_interval_s", f"{self.trigger_interval_s} is negative")
+        for key in ("trigger_interval_s", "metrics_table_interval_s"):
+            if getattr(self, key) < 0:
+                raise FieldError(key, f"{getattr(self, key)} is negative")
 
 
 @dataclass(frozen=True)
@@ -679,6 +708,10 @@ class PipelineConfig:
         default_factory=MaintenanceConfig,
         metadata=meta("jobs/maintain.py: compaction, VACUUM, staged files, bronze retention"),
     )
+    validate: ValidateConfig = field(
+        default_factory=ValidateConfig,
+        metadata=meta("cdc validate: value constraints checked on the silver mirrors"),
+    )
 
     def __post_init__(self) -> None:
         if not _PIPELINE_NAME.fullmatch(self.name):
@@ -687,6 +720,14 @@ class PipelineConfig:
                 f"{self.name!r} is not a valid pipeline name "
                 "(letters, digits, _ and -, starting with a letter or digit)",
             )
+        captured = {str(t): t for t in self.source.tables}
+        for i, expectation in enumerate(self.validate.expectations):
+            if expectation.table not in self.source.tables:
+                raise FieldError(
+                    f"validate.expectations[{i}].table",
+                    f"{expectation.table} is not captured by this pipeline (it captures "
+                    f"{', '.join(captured)}){suggest(str(expectation.table), captured)}",
+                )
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,12 @@ def _sections(cls: type[Any]) -> Iterator[tuple[str, list[tuple[str, str, str, s
         if not f.init:
             continue
         tp = hints[f.name]
-        if dataclasses.is_dataclass(tp) and not hasattr(tp, "parse"):
+        if _is_section(tp):
             nested.append((yaml_key(f), tp))
             continue
+        item = _list_item(tp)
+        if item is not None:  # a list of entries: a row here, the entries' keys under key[]
+            nested.append((f"{yaml_key(f)}[]", item))
         rows.append(_row(f, tp))
     yield "", rows
     for key, tp in nested:
@@ -88,8 +91,21 @@ def _sections(cls: type[Any]) -> Iterator[tuple[str, list[tuple[str, str, str, s
 def _section_class(cls: type[Any], section: str) -> type[Any]:
     for part in section.split("."):
         hints = typing.get_type_hints(cls)
-        cls = next(hints[f.name] for f in dataclasses.fields(cls) if yaml_key(f) == part)
+        key = part.removesuffix("[]")
+        tp = next(hints[f.name] for f in dataclasses.fields(cls) if yaml_key(f) == key)
+        cls = _list_item(tp) or tp if part.endswith("[]") else tp
     return cls
+
+
+def _is_section(tp: Any) -> bool:
+    return dataclasses.is_dataclass(tp) and not hasattr(tp, "parse")
+
+
+def _list_item(tp: Any) -> type[Any] | None:
+    """The entry class of a list of mappings (`tuple[SomeDataclass, ...]`), else None."""
+    if get_origin(tp) is tuple and _is_section(get_args(tp)[0]):
+        return typing.cast("type[Any]", get_args(tp)[0])
+    return None
 
 
 def _doc_line(cls: type[Any]) -> str:
@@ -120,6 +136,8 @@ def _type_name(tp: Any) -> str:
     if origin is Literal:
         return " \\| ".join(f"`{a}`" for a in get_args(tp))
     if origin is tuple:
+        if _list_item(tp) is not None:
+            return "list of entries (below)"
         return f"list of {_type_name(get_args(tp)[0])}"
     if origin in (dict, Mapping, typing.Mapping) or tp is dict:
         return "mapping of text"

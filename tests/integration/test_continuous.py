@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
@@ -43,6 +44,7 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
     sql(dsn, "CREATE TABLE events (id bigserial PRIMARY KEY, v text)",
         "INSERT INTO events (v) SELECT 'seed' FROM generate_series(1, 500)")  # fmt: skip
     p = make_pipeline(tmp_path, dsn, ["public.events"], snapshot="initial",
+                      source_extra="retained_wal_warn: 1KB\n",
                       extra="capture:\n  trigger_interval_s: 1\n")  # fmt: skip
     stop, written = threading.Event(), [0]
     writer = threading.Thread(target=_workload, args=(dsn, stop, written), daemon=True)
@@ -73,6 +75,8 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
         assert 0 < x["freshness_p50_s"] <= x["freshness_p99_s"] <= x["freshness_max_s"]
         assert x["MilliSecondsBehindSource"] <= x["freshness_max_s"] * 1000
     assert lines[-1]["TotalNumberOfEventsSeen"] == sum(x["changes"] for x in lines)
+    assert all(x["retained_wal_bytes"] >= 0 for x in lines[1:])  # streaming batches
+    assert "more than source.retained_wal_warn (1000 B)" in err  # a guardrail set very low
     prom = prometheus_file(p.lake).read_text()
     assert f'cdc_batch_number{{pipeline="p"}} {float(len(lines))}' in prom
     table = spark.read.format("delta").load(metrics_table(p.lake))
@@ -89,3 +93,53 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
 def _batches(lake: Lake) -> int:
     path = batches_file(lake)
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_batches_skip_the_mirrors_nothing_new_came_for(
+    pg: PgServer,
+    database: str,
+    tmp_path: Path,
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cdc_core import silver
+    from cdc_core.config import load_pipeline
+    from cdc_core.metrics import Totals
+    from cdc_core.pipeline import batch
+    from cdc_core.silver import CaughtUp
+
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE a (id int PRIMARY KEY, v text)",
+        "CREATE TABLE b (id int PRIMARY KEY, v text)")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.a", "public.b"])
+    ingest_ok(p)  # creates the slot: what follows streams
+    config = load_pipeline("p", "local", home=tmp_path)
+    merged: list[str] = []
+    apply_table = silver.apply_table
+
+    def spy(spark: SparkSession, lake: Lake, table: TableName, *args: object, **kw: object):  # type: ignore[no-untyped-def]
+        merged.append(table.name)
+        return apply_table(spark, lake, table, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(silver, "apply_table", spy)
+    totals, mirrors = Totals(), CaughtUp()
+
+    def run_batch() -> list[str]:
+        merged.clear()
+        batch(spark, config, p.lake, totals, mirrors)
+        return sorted(merged)
+
+    sql(dsn, "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 20) g",
+        "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 20) g")  # fmt: skip
+    assert run_batch() == ["a", "b"]  # nothing known yet: every table is looked at
+    sql(dsn, "UPDATE a SET v = 'again' WHERE id = 3")
+    assert run_batch() == ["a"]
+    assert run_batch() == []  # an idle batch merges nothing and looks at nothing
+    spark.sql(f"UPDATE delta.`{p.lake.silver(TableName('public', 'b'))}` SET v = 'x' WHERE id = 1")
+    assert run_batch() == ["b"]  # the mirror changed behind the process's back: looked at again
+    sql(dsn, "UPDATE b SET v = 'fixed' WHERE id = 1", "DELETE FROM a WHERE id = 4")
+    assert run_batch() == ["a", "b"]
+    for name in ("a", "b"):
+        assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", name)) == 19 + (
+            name == "b"
+        )

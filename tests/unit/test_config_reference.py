@@ -23,7 +23,7 @@ source:
 target:
   root: /tmp/lake
 """
-SECTIONS = ["", "source", "target", "snapshot", "capture", "silver", "maintenance"]
+SECTIONS = ["", "source", "target", "snapshot", "capture", "silver", "maintenance", "validate"]
 ENV_SECTIONS = ["spark", "catalog"]  # the top level holds only sections
 
 

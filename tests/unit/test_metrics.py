@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
+from cdc_core import metrics
 from cdc_core.lake import Lake
 from cdc_core.metrics import (
     Freshness,
+    batch_lines_after,
     batches_file,
     last_batch,
     prometheus_text,
@@ -32,6 +35,25 @@ def test_the_newest_whole_line_is_the_last_batch(tmp_path: Path) -> None:
     with batches_file(lake).open("a") as f:
         f.write('{"batch": 3, "chan')  # a crash in the middle of a line
     assert last_batch(lake) == {"batch": 2}
+
+
+def test_the_lines_after_a_batch_are_read_from_the_end_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "_TAIL_BYTES", 50)  # lines straddle every chunk boundary
+    lake = Lake(str(tmp_path))
+    assert batch_lines_after(lake, 0) == []
+    for n in range(1, 41):
+        record_batch(lake, {"batch": n, "pipeline": "orders", "changes": n * 1000})
+    with batches_file(lake).open("a") as f:
+        f.write('{"batch": 41, "chan')  # a crash in the middle of a line
+
+    after = batch_lines_after(lake, 30)
+
+    assert [r["batch"] for r in after] == list(range(31, 41))
+    assert after[0] == {"batch": 31, "pipeline": "orders", "changes": 31000}
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == list(range(1, 41))
+    assert batch_lines_after(lake, 40) == []
 
 
 def test_prometheus_text_names_and_labels() -> None:

@@ -15,8 +15,14 @@ import pytest
 
 from cdc_core import status as st
 from cdc_core.config import load_pipeline
-from cdc_core.delta_log import DeltaLogError, newest_metadata, read_table
-from cdc_core.errors import UsageError
+from cdc_core.delta_log import (
+    DeltaLogError,
+    newest_metadata,
+    newest_record,
+    newest_version,
+    read_table,
+)
+from cdc_core.errors import ConfigError, UsageError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import batches_file
@@ -125,6 +131,49 @@ def test_the_newest_commit_recording_the_key_wins_and_other_metadata_is_skipped(
 
     assert newest_metadata(tmp_path, "silver_applied") == {"silver_applied": [200, 3]}
     assert newest_metadata(tmp_path, "bronze_staged_end") is None
+
+
+def test_the_newest_version_starts_at_a_lagging_checkpoint_hint_and_probes_forward(
+    tmp_path: Path,
+) -> None:
+    for version in range(14):
+        commit(tmp_path, version)
+    log = tmp_path / "_delta_log"
+    (log / "_last_checkpoint").write_text(json.dumps({"version": 5, "size": 1}))
+    for version in range(5):  # cleaned up: only the hint leads past the gap
+        (log / f"{version:020d}.json").unlink()
+
+    assert newest_version(tmp_path) == 13
+
+
+def test_the_newest_version_lists_the_log_without_a_usable_hint(tmp_path: Path) -> None:
+    for version in range(3):
+        commit(tmp_path, version)
+    (tmp_path / "_delta_log" / "_last_checkpoint").write_text(json.dumps({"version": 9}))
+
+    assert newest_version(tmp_path) == 2
+    assert newest_version(tmp_path / "nothing") is None
+
+
+def test_a_record_counts_the_commits_after_it_and_the_search_stops_at_its_depth(
+    tmp_path: Path,
+) -> None:
+    commit(tmp_path, 0, metadata={"bronze_staged_end": "0/10"})
+    for version in range(1, 6):
+        commit(tmp_path, version, metadata={"other": version})
+
+    assert newest_record(tmp_path, "bronze_staged_end") == (5, {"bronze_staged_end": "0/10"})
+    assert newest_record(tmp_path, "bronze_staged_end", depth=5) is None
+
+
+def test_the_search_ends_at_a_commit_already_cleaned_up(tmp_path: Path) -> None:
+    commit(tmp_path, 0, metadata={"silver_applied": [1, 1]})
+    commit(tmp_path, 1)
+    commit(tmp_path, 2)
+    (tmp_path / "_delta_log" / f"{0:020d}.json").unlink()
+    (tmp_path / "_delta_log" / "_last_checkpoint").write_text(json.dumps({"version": 1}))
+
+    assert newest_record(tmp_path, "silver_applied") is None
 
 
 def test_a_silver_table_shows_its_rows_and_the_last_applied_position(tmp_path: Path) -> None:
@@ -340,3 +389,57 @@ def test_the_watermark_keys_are_the_stages_own() -> None:
 def test_status_never_imports_pyspark() -> None:
     code = "import sys, cdc_core.status, cdc_core.cli; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_retained_wal_past_the_thresholds_warns_then_fails_with_the_way_out() -> None:
+    gib = 1 << 30
+    assert st.retained_wal_verdict("s", 2 * gib, warn=0, fail=0) is None
+    assert st.retained_wal_verdict("s", None, warn=1, fail=2) is None
+    assert st.retained_wal_verdict("s", gib, warn=gib, fail=4 * gib) is None  # not above
+    warn = st.retained_wal_verdict("s", 2 * gib, warn=gib, fail=4 * gib)
+    assert warn is not None
+    assert warn[0] == "warn"
+    assert "retains 2.0 GiB" in warn[1]
+    assert "retained_wal_warn (1.0 GiB)" in warn[1]
+    fail = st.retained_wal_verdict("s", 5 * gib, warn=gib, fail=4 * gib)
+    assert fail is not None
+    assert fail[0] == "fail"
+    assert "pg_drop_replication_slot('s')" in fail[1]
+    assert "when_needed" in fail[1]
+
+
+def test_status_reports_retained_wal_past_the_fail_threshold_as_a_problem(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = tmp_path
+    (home / "pipelines").mkdir()
+    (home / "conf").mkdir()
+    (home / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
+    (home / "pipelines" / "p.yaml").write_text(
+        "name: p\nsource:\n  dsn: host=127.0.0.1 dbname=x\n  slot: s\n  publication: pub\n"
+        "  tables: [public.t]\n  retained_wal_warn: 1MiB\n  retained_wal_fail: 8MiB\n"
+        f"target:\n  root: {home / 'lake'}\n"
+    )
+    config = load_pipeline("p", "local", home=home)
+    slot = st.SlotStatus("s", True, False, None, "extended", "0/10", "0/10", 9 << 20, None)
+    monkeypatch.setattr(st, "read_slot", lambda dsn, name: (st.SourceStatus(True), slot))
+
+    status = st.gather_status(config)
+
+    assert any("retained_wal_fail (8.0 MiB)" in p for p in status.problems)
+    assert status.exit_code != 0
+    slot = replace(slot, retained_wal_bytes=2 << 20)
+    assert any("retained_wal_warn" in w for w in st.gather_status(config).warnings)
+
+
+def test_a_fail_threshold_must_be_above_the_warning(tmp_path: Path) -> None:
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
+    (tmp_path / "pipelines" / "p.yaml").write_text(
+        "name: p\nsource:\n  dsn: host=127.0.0.1 dbname=x\n  slot: s\n  publication: pub\n"
+        "  tables: [public.t]\n  retained_wal_fail: 512MiB\n"
+        f"target:\n  root: {tmp_path / 'lake'}\n"
+    )
+    with pytest.raises(ConfigError, match=r"retained_wal_fail.*not above retained_wal_warn"):
+        load_pipeline("p", "local", home=tmp_path)

@@ -1,0 +1,381 @@
+"""`cdc validate`: proves each silver mirror equals its source, then checks its data quality.
+
+A round pins every silver table at one Delta version, then opens one REPEATABLE READ snapshot
+of the source, so everything in the pinned versions was committed before the snapshot. Each
+table is compared: row counts, hashes over ranges of key hashes, then the differing keys
+(`cdc_core.validate_ranges`). A table with differing keys is then classified:
+
+- `differs`: nothing that happened before the snapshot is missing from the pinned version:
+  the lake holds no change of the table past it (none in bronze after silver's watermark, none
+  staged but not in bronze, no unfinished snapshot of it), and the WAL up to the snapshot holds
+  none the slot has not confirmed (when the slot is behind the snapshot and idle, a peek bounded
+  by the snapshot's position, which moves nothing, reads that WAL). The mirror is wrong there.
+- `pending`: such a change exists: the difference may be lag (run ingest, validate again).
+- `unverified`: the slot is behind the snapshot and in use by a running ingest, so that WAL
+  cannot be read without disturbing it.
+
+With `--settle S`, tables whose keys are pending or unverified are compared again (those keys
+only, a new version and a new snapshot) until they settle or S seconds have passed: for
+pipelines that run `--continuous` while validating.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.apply import silver_settings
+from cdc_core.bronze import pending_files, schema_history
+from cdc_core.config import Config
+from cdc_core.errors import EXIT_FAILURE, EXIT_OK
+from cdc_core.events import RelationDescriptor
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.lake_state import HISTORY_DEPTH
+from cdc_core.lsn import Lsn
+from cdc_core.silver import WATERMARK
+from cdc_core.silver_batch import after_position
+from cdc_core.silver_shape import SilverColumn, TableShape, column_type, table_shape
+from cdc_core.snapshot import load_jobs
+from cdc_core.stager import relations_of
+from cdc_core.validate_encoding import pg_form, text_steps
+from cdc_core.validate_pg import (
+    Conn,
+    Snapshot,
+    SourceColumn,
+    SourceTable,
+    count_rows,
+    describe_source,
+    source_snapshot,
+    uncaptured_changes,
+)
+from cdc_core.validate_quality import QualityReport, Suite, build_suite, run_quality
+from cdc_core.validate_ranges import FETCH_ROWS, DiffKind, KeyDiff, compare, recheck
+from cdc_core.validate_spark import SilverTable, live_rows, read_version
+
+log = logging.getLogger("cdc_core.validate")
+Status = Literal["differs", "pending", "unverified"]
+Verdict = Literal["equal", "differs", "behind", "not mirrored", "error"]
+POLL_S = 5.0
+_sleep = time.sleep  # the wait between rounds (a test runs ingest there instead)
+
+
+@dataclass(frozen=True)
+class Options:
+    tables: tuple[TableName, ...] = ()  # empty: every captured table
+    settle_s: float = 0.0
+    max_keys: int = 100  # keys listed per table
+    fetch_rows: int = FETCH_ROWS
+    quality: bool = True
+
+
+@dataclass(frozen=True)
+class KeyReport:
+    kind: DiffKind  # missing (in silver), extra (in silver), differs (values)
+    key: dict[str, str | None]  # key column -> value text; without a key, the whole row
+    columns: tuple[str, ...]  # differs: the columns whose values differ
+    copies: int
+    status: Status
+
+
+@dataclass
+class TableReport:
+    table: str
+    verdict: Verdict = "equal"
+    source_rows: int | None = None
+    silver_rows: int | None = None
+    ranges: int = 0
+    mismatching: int = 0
+    exact: bool = True  # False: `mismatching` is a lower bound
+    keys: list[KeyReport] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)  # "column: why"
+    silver_version: int | None = None
+    silver_applied: str | None = None  # the watermark of that version: commit LSN/position
+    pending: list[str] = field(default_factory=list)  # lake work the version lacks
+    seconds: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class Report:
+    pipeline: str
+    env: str
+    lake: str
+    snapshot_lsn: str | None = None
+    confirmed_lsn: str | None = None
+    rounds: int = 1
+    tables: list[TableReport] = field(default_factory=list)
+    quality: QualityReport | None = None
+    seconds: float = 0.0
+
+    @property
+    def equal(self) -> bool:
+        return all(t.verdict == "equal" for t in self.tables)
+
+    @property
+    def exit_code(self) -> int:
+        quality_ok = self.quality is None or not self.quality.failed
+        return EXIT_OK if self.equal and quality_ok else EXIT_FAILURE
+
+
+@dataclass
+class _Run:
+    """One table across rounds: what is compared and what still differs."""
+
+    table: TableName
+    report: TableReport
+    shape: TableShape | None = None
+    pin: int = -1
+    applied: tuple[int, int] | None = None
+    diffs: list[KeyDiff] = field(default_factory=list)
+    names: tuple[str, ...] = ()
+    oid: int = 0  # the source table's, for the WAL the slot has not confirmed
+    status: Status = "differs"
+
+
+def validate(config: Config, spark: SparkSession, options: Options) -> Report:
+    started = time.monotonic()
+    pipeline = config.pipeline
+    lake = Lake(pipeline.target.root)
+    report = Report(pipeline.name, config.env_name, pipeline.target.root)
+    runs = [_Run(t, TableReport(t.qualified)) for t in options.tables or pipeline.source.tables]
+    for run in runs:
+        _pin(spark, lake, config, run)
+    suites = _suites(config, runs) if options.quality else []  # bad expectations stop first
+    snapshot = _round(spark, config, lake, runs, options, first=True)
+    deadline = started + options.settle_s
+    while _unsettled(runs) and time.monotonic() < deadline:
+        _sleep(max(0.0, min(POLL_S, deadline - time.monotonic())))
+        waiting = _unsettled(runs)
+        for run in waiting:
+            _pin(spark, lake, config, run)
+        snapshot = _round(spark, config, lake, waiting, options, first=False)
+        report.rounds += 1
+    report.snapshot_lsn, report.confirmed_lsn = str(snapshot.lsn), _text(snapshot.confirmed)
+    report.tables = [run.report for run in runs]
+    if options.quality:
+        report.quality = _quality(spark, lake, suites, config.pipeline.target.root)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _unsettled(runs: list[_Run]) -> list[_Run]:
+    return [r for r in runs if r.diffs and r.status != "differs"]
+
+
+def _text(lsn: Lsn | None) -> str | None:
+    return None if lsn is None else str(lsn)
+
+
+def _pin(spark: SparkSession, lake: Lake, config: Config, run: _Run) -> None:
+    """The table's shape, newest version and that version's watermark."""
+    history = schema_history(lake, run.table.qualified)
+    path = lake.silver(run.table)
+    if not history or not DeltaTable.isDeltaTable(spark, path):
+        run.shape = None
+        return
+    settings = silver_settings(config)
+    run.shape = table_shape(history, settings.modes, settings.propagates)
+    commits = DeltaTable.forPath(spark, path).history(HISTORY_DEPTH)
+    rows = sorted(commits.select("version", "userMetadata").collect(), key=lambda r: -r[0])
+    run.pin = int(rows[0]["version"])
+    run.applied = next((p for p in (_watermark(r["userMetadata"]) for r in rows) if p), None)
+    run.report.silver_version = run.pin
+    if run.applied:
+        run.report.silver_applied = f"{Lsn(run.applied[0])}/{run.applied[1]}"
+
+
+def _watermark(metadata: str | None) -> tuple[int, int] | None:
+    try:
+        data = json.loads(metadata or "")
+    except ValueError:
+        return None
+    mark = data.get(WATERMARK) if isinstance(data, dict) else None
+    return (int(mark[0]), int(mark[1])) if isinstance(mark, list) and len(mark) == 2 else None
+
+
+def _round(
+    spark: SparkSession, config: Config, lake: Lake, runs: list[_Run], options: Options, *,
+    first: bool,
+) -> Snapshot:  # fmt: skip
+    """Compare every run's pinned version with one source snapshot, then classify."""
+    source = config.pipeline.source
+    with source_snapshot(source.dsn, source.slot) as (conn, snapshot):
+        for run in runs:
+            began = time.monotonic()
+            try:
+                _compare(spark, config, lake, conn, run, fetch_rows=options.fetch_rows, first=first)
+            finally:
+                run.report.seconds += time.monotonic() - began
+            r = run.report
+            log.info("%s: %s source rows, %s silver rows (version %s), %d ranges, %d differing "
+                     "keys (%.1f s)", r.table, r.source_rows, r.silver_rows, r.silver_version,
+                     r.ranges, len(run.diffs), time.monotonic() - began)  # fmt: skip
+    for run in runs:
+        _classify(spark, config, lake, run, snapshot, max_keys=options.max_keys)
+    return snapshot
+
+
+def _compare(
+    spark: SparkSession, config: Config, lake: Lake, conn: Conn, run: _Run, *, fetch_rows: int,
+    first: bool,
+) -> None:  # fmt: skip
+    report = run.report
+    live = describe_source(conn, run.table)
+    if live is None:
+        report.verdict, report.error = "error", f"table {run.table} does not exist in the source"
+        return
+    run.oid = live.oid
+    if run.shape is None:
+        report.verdict = "not mirrored"
+        report.source_rows, report.silver_rows = count_rows(conn, run.table), 0
+        return
+    silver_columns, source_columns, report.not_compared = _columns(config, run.shape, live)
+    run.names = tuple(c.name for c in silver_columns)
+    key = run.shape.key
+    ours = SourceTable(conn, run.table, source_columns, key)
+    theirs = SilverTable(read_version(spark, lake.silver(run.table), run.pin), silver_columns, key)
+    try:
+        if first:
+            result = compare(ours, theirs, run.names, keyed=bool(key), fetch_rows=fetch_rows)
+            report.source_rows, report.silver_rows = result.source_rows, result.silver_rows
+            report.ranges, report.exact = result.ranges_checked, result.exact
+            report.mismatching, run.diffs = result.mismatching, result.diffs
+        else:
+            still = recheck(ours, theirs, run.diffs, run.names, keyed=bool(key))
+            if report.exact:
+                report.mismatching = sum(d.copies for d in still)
+            run.diffs = still
+    finally:
+        theirs.close()
+
+
+def _columns(
+    config: Config, shape: TableShape, live: RelationDescriptor
+) -> tuple[list[SilverColumn], list[SourceColumn], list[str]]:
+    """The columns both sides have (silver's and the source's views of each), and why the
+    others are not compared."""
+    modes = silver_settings(config).modes
+    rules = config.pipeline.source.column_rules().rules
+    now = {c.name: c for c in live.columns}
+    silver, source, skipped = [], [], []
+    for c in shape.columns:
+        found = now.get(c.name)
+        if found is None:
+            skipped.append(f"{c.name}: not in the source any more (silver keeps dropped columns)")
+            continue
+        pg = column_type(found)
+        steps, why_not = text_steps(rules, f"{shape.qualified}.{c.name}", pg)
+        if why_not:
+            skipped.append(f"{c.name}: transformed by {why_not}")
+            continue
+        silver.append(c)
+        source.append(SourceColumn(c.name, pg, pg_form(pg, modes), steps))
+    known = {c.name for c in shape.columns}
+    skipped += [f"{n}: not in silver (a column filter leaves it out, or no change carried it yet)"
+                for n in now if n not in known]  # fmt: skip
+    return silver, source, skipped
+
+
+def _classify(
+    spark: SparkSession, config: Config, lake: Lake, run: _Run, snapshot: Snapshot, *,
+    max_keys: int,
+) -> None:  # fmt: skip
+    """Whether the differences of one table can be lag, and the table's verdict."""
+    report = run.report
+    if report.verdict in ("not mirrored", "error"):
+        if report.verdict == "not mirrored" and not report.source_rows:
+            report.verdict = "equal"  # nothing captured yet, and nothing to capture
+        return
+    if not run.diffs and report.mismatching == 0:
+        report.verdict, report.keys, report.pending, run.status = "equal", [], [], "differs"
+        return
+    report.pending = _pending_work(spark, lake, run)
+    run.status = "pending" if report.pending else "differs"
+    if not report.pending and (snapshot.confirmed is None or snapshot.confirmed < snapshot.lsn):
+        source = config.pipeline.source
+        waiting = uncaptured_changes(source.dsn, source.slot, source.publication, run.oid,
+                                     snapshot.lsn)  # fmt: skip
+        if waiting is None:
+            run.status = "unverified"
+        elif waiting:
+            run.status = "pending"
+            report.pending.append(f"{waiting} changes of the table in the WAL the slot has not "
+                                  "confirmed yet")  # fmt: skip
+    names = list(run.shape.key) if run.shape and run.shape.key else list(run.names)
+    listed = sorted(run.diffs, key=lambda d: (d.kind, [_natural(v) for v in d.shown]))
+    report.keys = [
+        KeyReport(d.kind, dict(zip(names, d.shown, strict=False)), d.columns, d.copies, run.status)
+        for d in listed[:max_keys]
+    ]
+    report.verdict = "differs" if run.status == "differs" else "behind"
+
+
+def _natural(value: str | None) -> tuple[int, int, str]:
+    """Numbers in number order, before text; NULL first."""
+    if value is None:
+        return (0, 0, "")
+    try:
+        return (1, int(value), "")
+    except ValueError:
+        return (2, 0, value)
+
+
+def _pending_work(spark: SparkSession, lake: Lake, run: _Run) -> list[str]:
+    """What the lake holds for the table that its pinned silver version lacks."""
+    reasons = []
+    qualified = run.table.qualified
+    if DeltaTable.isDeltaTable(spark, lake.bronze):
+        rows = spark.read.format("delta").load(lake.bronze).where(
+            (F.col("source_table") == qualified) & F.col("op").isin("c", "u", "d", "r", "t")
+        )  # fmt: skip
+        if run.applied is not None:
+            rows = rows.where(after_position(*run.applied))
+        waiting = rows.count()
+        if waiting:
+            reasons.append(f"{waiting} changes in bronze not yet merged into silver")
+    staged = [
+        f for f in pending_files(spark, lake)
+        if any(f"{d.schema}.{d.table}" == qualified
+               for d in relations_of(lake.changes / str(f)).values())
+    ]  # fmt: skip
+    if staged:
+        reasons.append(f"{len(staged)} staged change files not yet in bronze")
+    for job in load_jobs(lake):
+        if not job.stopped and any(p.table == run.table and not p.done for p in job.tables):
+            reasons.append(f"snapshot {job.id} of the table not finished")
+    return reasons
+
+
+def _suites(config: Config, runs: list[_Run]) -> list[tuple[_Run, Suite]]:
+    asked = list(enumerate(config.pipeline.validate.expectations))
+    return [
+        (run, build_suite(run.table, run.shape, [(i, e) for i, e in asked if e.table == run.table],
+                          config.pipeline_file))
+        for run in runs if run.shape is not None
+    ]  # fmt: skip
+
+
+def _quality(
+    spark: SparkSession, lake: Lake, suites: list[tuple[_Run, Suite]], root: str
+) -> QualityReport:
+    """Each suite on the live rows of the version parity compared (the last round's)."""
+    frames: list[tuple[Suite, DataFrame]] = []
+    for run, suite in suites:
+        if run.report.verdict == "error":
+            continue
+        silver = read_version(spark, lake.silver(run.table), run.pin)
+        frame = live_rows(silver, bool(run.shape and run.shape.key)).drop("_w")
+        frames.append((suite, frame.cache()))
+    try:
+        return run_quality(spark, frames, root)
+    finally:
+        for _, frame in frames:
+            frame.unpersist()

@@ -1,0 +1,37 @@
+"""The Delta metrics table catches up from the batch lines, once each, however often asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cdc_core.lake import Lake
+from cdc_core.metrics import flush_metrics_table, metrics_table, record_batch
+
+
+def line(n: int) -> dict[str, object]:
+    return {
+        "pipeline": "orders", "batch": n, "changes": 10 * n, "seconds": 1.5,
+        "started_at": "2026-11-21T20:00:00.000+00:00",
+        "visible_at": "2026-11-21T20:00:01.250+00:00", "errors": [],
+    }  # fmt: skip
+
+
+def test_the_table_gets_each_batch_line_once(spark: SparkSession, tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    for n in (1, 2, 3):
+        record_batch(lake, line(n))
+
+    assert flush_metrics_table(spark, lake) == 3
+    assert flush_metrics_table(spark, lake) == 0  # nothing new: no commit
+    record_batch(lake, line(4))
+    assert flush_metrics_table(spark, lake) == 1
+
+    table = spark.read.format("delta").load(metrics_table(lake))
+    rows = {r["batch"]: r for r in table.collect()}
+    assert sorted(rows) == [1, 2, 3, 4]
+    assert rows[4]["changes"] == 40
+    assert str(rows[4]["visible_at"]).startswith("2026-11-21")
+    versions = spark.sql(f"DESCRIBE HISTORY delta.`{metrics_table(lake)}`").count()
+    assert versions == 2  # one commit per flush that had lines
