@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
+from cdc_core.state import write_text
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -159,10 +160,7 @@ def prometheus_file(lake: Lake) -> Path:
 
 def write_prometheus(lake: Lake, record: dict[str, Any]) -> None:
     """Replace the textfile in one step: a scrape sees the old batch or the new one."""
-    path = prometheus_file(lake)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(prometheus_text(record))
-    os.replace(tmp, path)
+    write_text(prometheus_file(lake), prometheus_text(record))
 
 
 _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed

@@ -264,14 +264,11 @@ def _check_retained_wal(config: Config) -> int | None:
     """The WAL the server keeps for the slot; past source.retained_wal_warn a warning, past
     retained_wal_fail an error line naming the way out (the batch goes on: consuming is what
     frees WAL)."""
-    from cdc_core.status import read_slot, retained_wal_verdict
+    from cdc_core.status import read_slot, slot_verdict
 
     source = config.pipeline.source
     _, slot = read_slot(source.dsn, source.slot)
-    verdict = retained_wal_verdict(
-        slot.name, slot.retained_wal_bytes,
-        warn=source.retained_wal_warn, fail=source.retained_wal_fail,
-    )  # fmt: skip
+    verdict = slot_verdict(source, slot)
     if verdict is not None:
         (log.error if verdict[0] == "fail" else log.warning)("%s", verdict[1])
     return slot.retained_wal_bytes

@@ -28,10 +28,15 @@ def read_json(path: Path) -> Any:
 
 def write_json(path: Path, data: object) -> None:
     """Replace the document at `path` in one step: a reader sees the old one or the new one."""
+    write_text(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace the file at `path` in one step, durably: a reader sees the old or the new text."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with tmp.open("w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -18,7 +18,7 @@ from typing import Literal
 import psycopg
 
 from cdc_core import delta_log
-from cdc_core.config import Config, Dsn
+from cdc_core.config import Config, Dsn, SourceConfig
 from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, UsageError
 from cdc_core.lake import Lake
 from cdc_core.lsn import ZERO, Lsn
@@ -175,11 +175,7 @@ def gather_status(
     if snapshot_problem:
         problems.append(snapshot_problem)
     warnings = _warnings(status)
-    source_config = pipeline.source
-    verdict = retained_wal_verdict(
-        slot.name, slot.retained_wal_bytes,
-        warn=source_config.retained_wal_warn, fail=source_config.retained_wal_fail,
-    )  # fmt: skip
+    verdict = slot_verdict(pipeline.source, slot)
     if verdict is not None:
         (problems if verdict[0] == "fail" else warnings).append(verdict[1])
     return replace(status, problems=tuple(problems), warnings=tuple(warnings))
@@ -310,6 +306,16 @@ def _problems(status: PipelineStatus, *, ran: bool) -> list[str]:
         if t.state == "unreadable":
             problems.append(f"{t.table}: {t.error}")
     return problems
+
+
+def slot_verdict(
+    source: SourceConfig, slot: SlotStatus
+) -> tuple[Literal["warn", "fail"], str] | None:
+    """`retained_wal_verdict` of the slot against the pipeline's thresholds."""
+    return retained_wal_verdict(
+        slot.name, slot.retained_wal_bytes,
+        warn=source.retained_wal_warn, fail=source.retained_wal_fail,
+    )  # fmt: skip
 
 
 def retained_wal_verdict(

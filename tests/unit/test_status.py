@@ -353,13 +353,20 @@ def test_the_json_form_has_stable_snake_case_keys() -> None:
     assert (data["stale"], data["healthy"], data["exit_code"]) == (False, True, 0)
 
 
+def write_pipeline(home: Path, source: str) -> None:
+    """Pipeline `p` capturing public.t into home/lake; `source`: its source keys, one a line."""
+    (home / "pipelines").mkdir()
+    (home / "conf").mkdir()
+    (home / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
+    keys = "".join(f"  {line}\n" for line in [*source.splitlines(), "tables: [public.t]"])
+    (home / "pipelines" / "p.yaml").write_text(
+        f"name: p\nsource:\n{keys}target:\n  root: {home / 'lake'}\n"
+    )
+
+
 def test_status_of_a_pipeline_whose_server_is_down_reads_the_lake(tmp_path: Path) -> None:
-    (tmp_path / "pipelines").mkdir()
-    (tmp_path / "conf").mkdir()
-    (tmp_path / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
-    (tmp_path / "pipelines" / "p.yaml").write_text(
-        "name: p\nsource:\n  dsn: postgresql://postgres@127.0.0.1:1/shop\n  slot: p_cdc\n"
-        f"  publication: p_cdc\n  tables: [public.t]\ntarget:\n  root: {tmp_path / 'lake'}\n"
+    write_pipeline(
+        tmp_path, "dsn: postgresql://postgres@127.0.0.1:1/shop\nslot: p_cdc\npublication: p_cdc"
     )
     config = load_pipeline("p", "local", home=tmp_path, environ={})
     commit(Path(Lake(config.pipeline.target.root).bronze), 0, {"add": add("a.parquet", 9)},
@@ -391,6 +398,9 @@ def test_status_never_imports_pyspark() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+SOURCE = "dsn: host=127.0.0.1 dbname=x\nslot: s\npublication: pub"
+
+
 def test_retained_wal_past_the_thresholds_warns_then_fails_with_the_way_out() -> None:
     gib = 1 << 30
     assert st.retained_wal_verdict("s", 2 * gib, warn=0, fail=0) is None
@@ -411,16 +421,8 @@ def test_retained_wal_past_the_thresholds_warns_then_fails_with_the_way_out() ->
 def test_status_reports_retained_wal_past_the_fail_threshold_as_a_problem(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    home = tmp_path
-    (home / "pipelines").mkdir()
-    (home / "conf").mkdir()
-    (home / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
-    (home / "pipelines" / "p.yaml").write_text(
-        "name: p\nsource:\n  dsn: host=127.0.0.1 dbname=x\n  slot: s\n  publication: pub\n"
-        "  tables: [public.t]\n  retained_wal_warn: 1MiB\n  retained_wal_fail: 8MiB\n"
-        f"target:\n  root: {home / 'lake'}\n"
-    )
-    config = load_pipeline("p", "local", home=home)
+    write_pipeline(tmp_path, f"{SOURCE}\nretained_wal_warn: 1MiB\nretained_wal_fail: 8MiB")
+    config = load_pipeline("p", "local", home=tmp_path)
     slot = st.SlotStatus("s", True, False, None, "extended", "0/10", "0/10", 9 << 20, None)
     monkeypatch.setattr(st, "read_slot", lambda dsn, name: (st.SourceStatus(True), slot))
 
@@ -433,13 +435,6 @@ def test_status_reports_retained_wal_past_the_fail_threshold_as_a_problem(
 
 
 def test_a_fail_threshold_must_be_above_the_warning(tmp_path: Path) -> None:
-    (tmp_path / "pipelines").mkdir()
-    (tmp_path / "conf").mkdir()
-    (tmp_path / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
-    (tmp_path / "pipelines" / "p.yaml").write_text(
-        "name: p\nsource:\n  dsn: host=127.0.0.1 dbname=x\n  slot: s\n  publication: pub\n"
-        "  tables: [public.t]\n  retained_wal_fail: 512MiB\n"
-        f"target:\n  root: {tmp_path / 'lake'}\n"
-    )
+    write_pipeline(tmp_path, f"{SOURCE}\nretained_wal_fail: 512MiB")
     with pytest.raises(ConfigError, match=r"retained_wal_fail.*not above retained_wal_warn"):
         load_pipeline("p", "local", home=tmp_path)
