@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: bootstrap demo test lint typecheck unit spark integration clean
+.PHONY: bootstrap demo test lint typecheck unit spark integration crash clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -23,6 +23,10 @@ typecheck:
 
 unit spark integration: bootstrap
 	$(BIN)/pytest tests/$@
+
+# the crash-anywhere suite: too long for the 90-minute CI budget, so not part of `make test`
+crash: bootstrap
+	$(BIN)/pytest -m crash -s tests/integration/test_crash.py
 
 clean:
 	rm -rf lake .pytest_cache .mypy_cache .ruff_cache

@@ -136,6 +136,7 @@ def append_staged(
             _append_transactions(spark, lake, envelopes, group)
             faults.point("bronze.between_commits")  # transactions committed, bronze not yet
         metadata = {WATERMARK: str(end), "staged_files": [f.id for f in group]}
+        faults.point("bronze.before_commit")
         with committing(spark, metadata):
             (
                 envelopes.write.format("delta").mode("append")
@@ -143,6 +144,7 @@ def append_staged(
                 .save(lake.bronze)
             )  # fmt: skip
         envelopes.unpersist()
+        faults.point("bronze.after_commit")
         total += changes
     return BronzeSummary(len(files), total, files[-1].end)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from cdc_core import faults
 from cdc_core.config import Config
 from cdc_core.errors import TerminalError, TransientError
 from cdc_core.events import ChangeChunk
@@ -221,7 +222,9 @@ class _Recording:
         if self.recorded is None or position > self.recorded:
             record_confirmed(self.lake, self.name, position)
             self.recorded = position
+            faults.point("confirm.recorded")
         self.slot.confirm(position)
+        faults.point("confirm.sent")
 
     def close(self) -> None:
         self.slot.close()
@@ -240,6 +243,7 @@ class _Run:
     def consume(self, events: Iterator[Event]) -> None:
         for event in events:
             if isinstance(event, list):
+                faults.point("capture.transaction")
                 for chunk in self.assembler.feed_many(event):
                     self._stage(chunk)
                 if self.assembler.finished:  # committed after the end seen at start: the next

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cdc_core import faults
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
 from cdc_core.config import Config
@@ -38,15 +39,15 @@ from cdc_core.metrics import (
 from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import run_doctor
 from cdc_core.pg.slot import autoset_replica_identity
+from cdc_core.run_lock import run_lock
 from cdc_core.start import start
 
 log = logging.getLogger("cdc_core.pipeline")
 
 if TYPE_CHECKING:  # the Spark side loads only when a run needs Spark (not --capture-only)
-    from pyspark.sql import SparkSession
-
     from cdc_core.bronze import BronzeSummary
     from cdc_core.silver import CaughtUp, TableResult
+    from cdc_core.spark import Spark
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,17 @@ class RunSummary:
 
 def run(config: Config, options: RunOptions) -> RunSummary:
     """A run of a pipeline: one batch, or (`--continuous`) batches until SIGTERM or SIGINT.
-    Raises `CdcError` subclasses whose type says whether to retry."""
+    Raises `CdcError` subclasses whose type says whether to retry; `RunLockedError` (exit 75)
+    when another run of the pipeline is under way."""
+    lake = Lake(config.pipeline.target.root)
+    with run_lock(lake, config.pipeline.name):  # held to the end, released even on failure
+        return _run(config, lake, options)
+
+
+def _run(config: Config, lake: Lake, options: RunOptions) -> RunSummary:
     started = time.monotonic()
     pipeline = config.pipeline
     _check_source(config)
-    lake = Lake(pipeline.target.root)
     if options.capture_only:
         if options.continuous:
             raise UsageError("--capture-only runs once: drop --continuous")
@@ -106,9 +113,9 @@ def run(config: Config, options: RunOptions) -> RunSummary:
             heartbeat(config, lake)
             captured = capture(config, lake)
         return RunSummary(pipeline.name, lake.root, captured, None, (), time.monotonic() - started)
-    from cdc_core.spark import build_spark  # the JVM starts only once the source is known good
+    from cdc_core.spark import SessionStarting  # the JVM starts once the source is known good
 
-    spark = build_spark(config.env.spark, f"cdc-{pipeline.name}")
+    spark = SessionStarting(config.env.spark, f"cdc-{pipeline.name}")  # while the slot is read
     totals = Totals()
     if not options.continuous:
         return batch(spark, config, lake, totals)
@@ -135,7 +142,7 @@ def _check_source(config: Config) -> None:
 
 
 def _continuous(
-    spark: SparkSession, config: Config, lake: Lake, options: RunOptions, totals: Totals
+    spark: Spark, config: Config, lake: Lake, options: RunOptions, totals: Totals
 ) -> RunSummary:
     """Batches every `capture.trigger_interval_s` until SIGTERM/SIGINT (the batch in hand
     finishes) or `--max-batches`; transient failures are retried with backoff."""
@@ -149,6 +156,7 @@ def _continuous(
     if config.pipeline.snapshot.mode == "initial_only":
         raise UsageError("snapshot.mode initial_only does not stream: run it without --continuous")
     from cdc_core.silver import CaughtUp
+    from cdc_core.spark import session_of
 
     previous = {s: signal.signal(s, stopping) for s in (signal.SIGTERM, signal.SIGINT)}
     mirrors = CaughtUp()
@@ -179,7 +187,7 @@ def _continuous(
             signal.signal(s, handler)
     if last is None:
         raise TerminalError("stopped before the first batch finished")
-    flush_metrics_table(spark, lake)  # the batches since the last append
+    flush_metrics_table(session_of(spark), lake)  # the batches since the last append
     return last
 
 
@@ -195,15 +203,17 @@ def _after_first_batch(config: Config) -> Config:
 
 
 def batch(
-    spark: SparkSession, config: Config, lake: Lake, totals: Totals,
+    spark: Spark, config: Config, lake: Lake, totals: Totals,
     mirrors: CaughtUp | None = None,
 ) -> RunSummary:  # fmt: skip
     """One batch: decide, finish pending work, read snapshots, capture, bronze, silver; records
     the batch's line in `_state/batches.jsonl`. `mirrors`: what earlier batches of this process
-    know of the mirrors (lets silver skip tables nothing new came for)."""
+    know of the mirrors (lets silver skip tables nothing new came for). `spark` may still be
+    starting: a batch with no snapshot work reads the slot before it waits for it."""
     from cdc_core.apply import apply_staged, finish_snapshots
     from cdc_core.bronze import BronzeSummary
     from cdc_core.snapshot_read import read_jobs
+    from cdc_core.spark import session_of
 
     started, started_us = time.monotonic(), now_us()
     pipeline = config.pipeline
@@ -211,7 +221,7 @@ def batch(
     streaming = begun.decision.stream
     # what an earlier run left goes in before snapshot reads; without reads, one pass does all
     pending = (
-        apply_staged(spark, lake, config, streaming=streaming)
+        apply_staged(session_of(spark), lake, config, streaming=streaming)
         if begun.jobs
         else (BronzeSummary(0, 0, None), [], None)
     )
@@ -222,12 +232,12 @@ def batch(
 
     snap = pipeline.snapshot
     read = read_jobs(
-        spark, lake, pipeline.source.dsn, begun.jobs, pipeline=pipeline.name,
+        session_of(spark), lake, pipeline.source.dsn, begun.jobs, pipeline=pipeline.name,
         max_threads=snap.max_threads, fetch_size=snap.fetch_size,
         catch_up=catch_up if streaming else None,
         keys=pipeline.source.message_key_columns.for_table,
         rules=pipeline.source.column_rules(),
-    )  # fmt: skip
+    ) if begun.jobs else 0  # fmt: skip
     if streaming:
         heartbeat(config, lake)
         caught.append(capture(config, lake))
@@ -235,11 +245,11 @@ def batch(
     if mirrors is not None and begun.jobs:
         mirrors.versions.clear()  # snapshot reads may wait behind the frontier: check them all
     known = None if begun.jobs else mirrors
-    applied = apply_staged(spark, lake, config, streaming=streaming, caught=known)
+    applied = apply_staged(session_of(spark), lake, config, streaming=streaming, caught=known)
     visible_us = now_us()
     merged = _merge_results(pending[1], applied[1])
     finished = finish_snapshots(
-        spark, lake, config, begun.jobs, results=merged, frontier=applied[2]
+        session_of(spark), lake, config, begun.jobs, results=merged, frontier=applied[2]
     )
     bronze = BronzeSummary(
         pending[0].files + applied[0].files, pending[0].changes + applied[0].changes, applied[0].end
@@ -247,12 +257,13 @@ def batch(
     summary = RunSummary(pipeline.name, lake.root, captured, bronze, tuple(merged),
                          time.monotonic() - started, read, tuple(finished))  # fmt: skip
     retained_wal = _check_retained_wal(config) if streaming else None
+    faults.point("batch.before_record")
     record = _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs),
                      retained_wal=retained_wal)  # fmt: skip
     write_prometheus(lake, record)
     interval = config.pipeline.capture.metrics_table_interval_s
     if totals.table_flushed is None or time.monotonic() - totals.table_flushed >= interval:
-        flush_metrics_table(spark, lake)
+        flush_metrics_table(session_of(spark), lake)
         totals.table_flushed = time.monotonic()
     errors = [t.error for t in merged if t.error]
     if errors:

@@ -19,7 +19,7 @@ from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_core import delta_log
+from cdc_core import delta_log, faults
 from cdc_core.bronze import schema_history
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
@@ -100,10 +100,12 @@ def apply_silver(
         if caught is not None and caught.untouched(lake, table, bronze, silver):
             results.append(TableResult(table.qualified, 0))
             continue
+        faults.point("silver.before_merge")
         try:
             result = apply_table(spark, lake, table, settings, frontier=frontier)
         except SchemaChangeError as e:
             result = TableResult(table.qualified, 0, str(e))
+        faults.point("silver.after_merge")
         results.append(result)
         if caught is not None:
             caught.versions.pop(table.qualified, None)

@@ -125,11 +125,14 @@ def read_group(
     it (None: no stream)."""
     url, props = jdbc_target(dsn)
     coordinator = connect(dsn, values=True)
+    if "password" not in props and coordinator.info.password:  # from PGPASSWORD or a passfile:
+        props["password"] = coordinator.info.password  # libpq found it, JDBC would not
     try:
         before = _one(coordinator, "SELECT pg_current_wal_insert_lsn()::text")
         coordinator.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         coordinator.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
         _lock(coordinator, read.table, lock_timeout_ms)
+        faults.point("window.low_watermark")
         exported = _one(coordinator, "SELECT pg_export_snapshot()")  # takes the snapshot
         shape = catalog_descriptor(coordinator, read.table).keyed(read.key_override)  # locked
         plan = read.rules.plan(shape)
@@ -164,6 +167,7 @@ def read_group(
             if newer:
                 rows = _overtake(spark, rows, read, newer)
         rows = _envelopes(rows, read, view)
+        faults.point("window.high_watermark")
         ensure_bronze(spark, lake)
         metadata = {
             "snapshot": read.job_id,
@@ -380,12 +384,14 @@ def read_jobs(
                 part.done = True
                 job.save(lake)
                 break
+            faults.point("snapshot.chunk_read")
             record_schema(lake, shape, view.position.value)  # silver types the rows by it
             part.groups_done, part.rows = n + 1, part.rows + rows
             part.first = view.before.value if part.first is None else part.first
             if part.groups_done == len(groups):
                 part.last = view.position.value
             job.save(lake)
+            faults.point("snapshot.chunk_done")
             log.info("snapshot %s: %s group %d of %d read (%d rows)",
                      job.id, part.table, n + 1, len(groups), rows)  # fmt: skip
             progress.advance(rows, len(groups[n]))

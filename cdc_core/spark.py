@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pyspark import SparkContext
@@ -40,6 +41,44 @@ def build_spark(settings: SparkSettings, app_name: str = "cdc") -> SparkSession:
         session.conf.set(key, value)
     _require_delta(session, settings)
     return session
+
+
+class SessionStarting:
+    """`build_spark` on a daemon thread: the JVM takes seconds to start, and a run has work
+    that needs no Spark first (the source's checks, reading the slot, staging). Calling it
+    waits for the session (or raises what building it raised). Daemon: a run that fails
+    before it needs Spark exits at once, and PySpark's JVM ends with its parent."""
+
+    def __init__(self, settings: SparkSettings, app_name: str = "cdc") -> None:
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._build, args=(settings, app_name), name="spark-start", daemon=True
+        )
+        self._thread.start()
+
+    def _build(self, settings: SparkSettings, app_name: str) -> None:
+        try:
+            self._session = build_spark(settings, app_name)
+        except BaseException as e:  # handed to the thread that asks for the session
+            self._error = e
+
+    def __call__(self) -> SparkSession:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        jvm = self._session.sparkContext._jvm
+        assert jvm is not None  # the JVM's active session is per thread: make it the caller's
+        jvm.SparkSession.setActiveSession(self._session._jsparkSession)
+        return self._session
+
+
+Spark = SparkSession | Callable[[], SparkSession]  # a session, or one that is starting
+
+
+def session_of(spark: Spark) -> SparkSession:
+    return spark() if callable(spark) else spark
 
 
 def _launched_by_spark_submit() -> bool:

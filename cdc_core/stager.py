@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cdc_core import faults
 from cdc_core.errors import TerminalError
 from cdc_core.events import ChangeChunk, ChangeOp, RelationDescriptor
 from cdc_core.lsn import Lsn
@@ -238,9 +239,11 @@ class Stager:
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self._metadata(staged))})
         self._writer.close()
         _fsync(self._path)
+        faults.point("stager.before_publish")
         self.folder.mkdir(parents=True, exist_ok=True)
         os.rename(self._path, self.folder / str(staged))
         _fsync(self.folder)
+        faults.point("stager.after_publish")
         self.published_end = self.clean_end = staged.end
         self.published.append(staged)
         self._reset_file()

@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from cdc_core import faults
 from cdc_core.config import load_pipeline
 from cdc_core.errors import EXIT_OK
 from cdc_core.jobs import exit_on_failure, job_parser, run_job
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def ingest(args: argparse.Namespace) -> int:
+    faults.check_env()  # a misspelt injection point must not make a crash test pass
     config = load_pipeline(args.pipeline, args.env)
     options = RunOptions(args.continuous, args.max_batches, capture_only=args.capture_only)
     summary = run(config, options)
