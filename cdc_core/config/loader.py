@@ -25,6 +25,7 @@ from cdc_core.errors import ConfigError
 log = logging.getLogger("cdc_core.config")
 
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}|\$\{")
+ENV_VALUE = "\x1a"  # stands for a value the environment supplied (see `Builder.interpolate`)
 
 
 class FieldError(ValueError):
@@ -140,8 +141,10 @@ class Builder:
     def error(self, path: str, message: str) -> ConfigError:
         return ConfigError(self.file, path or None, message)
 
-    def interpolate(self, text: str, path: str) -> str:
-        """Replace `${VAR}` and `${VAR:-default}` from the environment; `$$` is a literal `$`."""
+    def interpolate(self, text: str, path: str, *, written: bool = False) -> str:
+        """Replace `${VAR}` and `${VAR:-default}` from the environment; `$$` is a literal `$`.
+        `written`: put `ENV_VALUE` where the environment supplies a value, which leaves what the
+        file itself writes (defaults included)."""
 
         def replace(m: re.Match[str]) -> str:
             whole, var, has_default, default = m.group(0), m.group(1), m.group(2), m.group(3)
@@ -151,7 +154,7 @@ class Builder:
                 raise self.error(path, f"unterminated or malformed '${{' in {text!r}")
             value = self.env.get(var)
             if value is not None and (value != "" or not has_default):
-                return value
+                return ENV_VALUE if written else value
             if has_default:
                 return str(default)
             raise self.error(
@@ -196,6 +199,10 @@ class Builder:
     def value(self, tp: Any, raw: Any, path: str, f: dataclasses.Field[Any] | None) -> Any:
         """Convert one raw YAML value to type `tp`."""
         if isinstance(raw, str):
+            check: Callable[[str], str | None] | None = getattr(tp, "check_written", None)
+            problem = check(self.interpolate(raw, path, written=True)) if check else None
+            if problem:  # e.g. a password in clear: it must come from the environment
+                raise self.error(path, problem)
             raw = self.interpolate(raw, path)
         origin = get_origin(tp)
         if origin in (Union, types.UnionType):

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from cdc_core.columns import ColumnRules, Rule, checked_pattern
-from cdc_core.config.loader import FieldError, meta, suggest
+from cdc_core.config.loader import ENV_VALUE, FieldError, meta, suggest
 from cdc_core.config.validate import ValidateConfig
 from cdc_core.identifiers import TableName
 
@@ -25,6 +25,7 @@ _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _PIPELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_URI_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^@/?#:]*:([^@/?#]*)@")
 SAFE_VACUUM_HOURS = 168  # Delta's delta.deletedFileRetentionDuration default
 
 
@@ -57,11 +58,51 @@ class Dsn:
             return urlunsplit(parts._replace(netloc=netloc, query=query))
         return _PASSWORD_KV.sub(r"\1***", self.conninfo)
 
+    @property
+    def has_password(self) -> bool:
+        return _password(self.conninfo) is not None
+
+    def with_password(self, password: str) -> Dsn:
+        """The same connection string with `password` added (quoted as libpq reads it)."""
+        if "://" in self.conninfo:
+            sep = "&" if "?" in self.conninfo else "?"
+            return Dsn(f"{self.conninfo}{sep}password={quote(password, safe='')}")
+        escaped = password.replace("\\", "\\\\").replace("'", "\\'")
+        return Dsn(f"{self.conninfo} password='{escaped}'")
+
+    @staticmethod
+    def check_written(written: str) -> str | None:
+        """Why the value as the file writes it (`ENV_VALUE` where the environment fills it in)
+        is refused: a password in clear. None when it is not."""
+        password = _password(written)
+        if password is None or ENV_VALUE in password:
+            return None
+        return (
+            "the connection string holds a password written in the file (a default included): "
+            "take it from the environment, e.g. postgresql://user:${PG_PASSWORD}@host/db or the "
+            "whole DSN as ${ORDERS_PG_DSN}, or from a secrets file with source.password_file"
+        )
+
     def __str__(self) -> str:
         return self.redacted
 
     def __repr__(self) -> str:
         return f"Dsn({self.redacted!r})"
+
+
+def _password(conninfo: str) -> str | None:
+    """The password a connection string holds (in a URI's user info or query, or as
+    `password=`), or None."""
+    if "://" in conninfo:
+        found = _URI_PASSWORD.match(conninfo.strip())
+        if found and found.group(1):
+            return found.group(1)
+        query = conninfo.partition("?")[2].replace("&", " ")
+        kv = _PASSWORD_KV.search(query)
+    else:
+        kv = _PASSWORD_KV.search(conninfo)
+    value = kv.group(2).strip("'") if kv else ""
+    return value or None
 
 
 class ByteSize(int):
@@ -210,8 +251,8 @@ class SourceConfig:
 
     dsn: Dsn = field(
         metadata=meta(
-            "libpq connection string of the source database (URI or key=value); "
-            "keep passwords in the environment: ${VAR} or ${VAR:-default}",
+            "libpq connection string of the source database (URI or key=value); a password "
+            "comes from the environment (${VAR}) or source.password_file, never written here",
             debezium="database.hostname, database.port, database.user, database.password, "
             "database.dbname",
             example="${ORDERS_PG_DSN:-postgresql://postgres@127.0.0.1:5432/shop}",
@@ -237,6 +278,16 @@ class SourceConfig:
             'public."Order Items". The include and exclude lists below narrow this list',
             example="[public.customers, public.orders]",
         )
+    )
+    password_file: str | None = field(
+        default=None,
+        metadata=meta(
+            "a file holding the password of the DSN's user and nothing else (a trailing newline "
+            "is ignored), e.g. a mounted Kubernetes or Docker secret; read when the pipeline "
+            "loads, never printed",
+            debezium="database.password",
+            example="/run/secrets/cdc_pg_password",
+        ),
     )
 
     reader: ReaderMode = field(
@@ -381,6 +432,7 @@ class SourceConfig:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
+        self._add_password()
         for key, value in self.column_transforms.items():
             try:
                 Rule.parse(key, value)
@@ -422,6 +474,25 @@ class SourceConfig:
                 "tables", "the include and exclude lists leave no table of this list to capture"
             )
         object.__setattr__(self, "tables", kept)
+
+    def _add_password(self) -> None:
+        """Put the password of `password_file` in the DSN (loaded once, like every value)."""
+        if self.password_file is None:
+            return
+        path = os.path.expanduser(self.password_file)
+        if self.dsn.has_password:
+            raise FieldError("password_file", "source.dsn holds a password already: keep one")
+        try:
+            with open(path, encoding="utf-8") as f:
+                password = f.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            why = (e.strerror or type(e).__name__) if isinstance(e, OSError) else "not UTF-8"
+            raise FieldError(
+                "password_file", f"cannot read {path!r}: {why} (a file holding only the password)"
+            ) from None
+        if not password:
+            raise FieldError("password_file", f"{path!r} is empty: write the password in it")
+        object.__setattr__(self, "dsn", self.dsn.with_password(password))
 
     def captures(self, table: TableName) -> bool:
         """Whether the schema and table filters let `table` through."""

@@ -6,7 +6,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from cdc_core.config import Dsn
-from cdc_core.errors import TransientError
+from cdc_core.errors import TerminalError, TransientError
 
 APPLICATION_NAME = "cdc-lake"
 CONNECT_TIMEOUT_S = 10
@@ -31,17 +31,32 @@ def connect(
     `values=True` a session that formats values with `VALUE_SETTINGS` (replication implies it).
 
     A server that cannot be reached is a `TransientError` (it may be restarting); the message
-    shows the connection string without its password.
+    shows the connection string without its password. A malformed one is a `TerminalError`
+    that does not quote it (libpq's message may quote a piece of the password).
     """
-    conninfo = make_conninfo(
-        dsn.conninfo,
-        application_name=APPLICATION_NAME,
-        connect_timeout=CONNECT_TIMEOUT_S,
-        **({"replication": "database"} if replication else {}),
-        **({"options": VALUE_OPTIONS} if replication or values else {}),
-    )
+    try:
+        conninfo = make_conninfo(
+            dsn.conninfo,
+            application_name=APPLICATION_NAME,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            **({"replication": "database"} if replication else {}),
+            **({"options": VALUE_OPTIONS} if replication or values else {}),
+        )
+    except psycopg.ProgrammingError as e:
+        raise TerminalError(malformed(e)) from None
     try:
         return psycopg.connect(conninfo, autocommit=autocommit)
     except psycopg.OperationalError as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise TransientError(f"cannot connect to PostgreSQL at {dsn.redacted}: {reason}") from e
+
+
+def malformed(e: psycopg.ProgrammingError) -> str:
+    """What is wrong with a connection string libpq cannot parse, without quoting it."""
+    text = str(e).strip()
+    why = f" ({text.splitlines()[0]})" if text.startswith("invalid connection option") else ""
+    return (
+        f"source.dsn is not a valid connection string{why}: write a URI "
+        "(postgresql://user@host:5432/db) or key=value pairs, quoting values with spaces "
+        "in single quotes"
+    )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import getpass
+import os
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,20 +13,27 @@ from typing import Literal
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from cdc_core.config import Config, SourceConfig
-from cdc_core.errors import TransientError
+from cdc_core.errors import TerminalError, TransientError
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection, RoleInfo, TableInfo
 from cdc_core.pg.connect import connect
 from cdc_core.pg.pgoutput import ReplicaIdentity
+from cdc_core.pg.slot import identity_change
+from cdc_core.signals import signal_table_ddl
 
 Status = Literal["pass", "warn", "fail", "skip"]  # warn: the run goes on, and says so
 
 MIN_SERVER_VERSION = 140000  # pgoutput protocol 2: streamed transactions and logical messages
 REQUIRED_OPERATIONS = ("insert", "update", "delete")
 RESTART = "then restart the server (a reload is not enough)"
+SHARED_OWNERSHIP = (
+    "or share the tables' ownership with the role through a replication group "
+    "(README.md, Permissions)"
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,7 @@ class _Context:
     database: catalog.DatabaseInfo
     tables: dict[TableName, TableInfo | None]
     slot: catalog.SlotInfo | None
+    signal_table: TableName | None
 
     def render(self, template: str, *parts: sql.Composable) -> str:
         """A fix statement, composed like the queries so identifiers are quoted the same way."""
@@ -79,12 +90,9 @@ def run_doctor(config: Config) -> DoctorReport:
     try:
         conn = connect(source.dsn)
     except TransientError as e:
-        return _unreachable(config, str(e), _connect_fix(str(e), config.pipeline_file))
-    except psycopg.Error as e:  # a malformed conninfo; its message may quote a piece of it
-        reason = f"cannot connect to PostgreSQL at {source.dsn.redacted}: malformed conninfo"
-        if str(e).startswith("invalid connection option"):
-            reason += f" ({_reason(e)})"
-        return _unreachable(config, reason, f"{config.pipeline_file}: source.dsn: correct it")
+        return _unreachable(config, str(e), _connect_fix(str(e), config))
+    except TerminalError as e:  # a malformed conninfo, not quoted: it may hold the password
+        return _unreachable(config, str(e), f"{config.pipeline_file}: source.dsn: correct it")
     with conn:
         return DoctorReport(tuple(_checks(conn, config)))
 
@@ -95,7 +103,8 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
         conn.execute("SET statement_timeout = '30s'")  # a doctor must not hang on a busy server
         role, database = catalog.current_role(conn), catalog.current_database(conn)
         tables, slot = catalog.table_info(conn, source.tables), catalog.slot_info(conn, source.slot)
-        ctx = _Context(conn, source, config.pipeline_file, role, database, tables, slot)
+        signals = config.pipeline.snapshot.signal_data_collection
+        ctx = _Context(conn, source, config.pipeline_file, role, database, tables, slot, signals)
     except psycopg.Error as e:
         failed = Check("connect", "fail", f"connected, but cannot read the catalog: {_reason(e)}")
         return [failed, *_not_run(source, "the catalog could not be read")]
@@ -123,15 +132,21 @@ _CONNECT_FIXES = (
 )
 
 
-def _connect_fix(reason: str, pipeline_file: str) -> str:
+def _connect_fix(reason: str, config: Config) -> str:
+    denied = re.search(r'permission denied for database "(.+)"', reason)
+    if denied:  # PUBLIC's CONNECT was revoked: the role needs its own
+        params = conninfo_to_dict(config.pipeline.source.dsn.conninfo)
+        user = str(params.get("user") or os.environ.get("PGUSER") or getpass.getuser())
+        grant = f"GRANT CONNECT ON DATABASE {_q(denied.group(1))} TO {_q(user)};"
+        return f"{grant}\n(run as the database's owner or a superuser)"
     for needle, fix in _CONNECT_FIXES:
         if needle in reason:
-            return fix.format(file=pipeline_file)
-    return f"start the server, or {pipeline_file}: source.dsn: correct the host and port"
+            return fix.format(file=config.pipeline_file)
+    return f"start the server, or {config.pipeline_file}: source.dsn: correct the host and port"
 
 
 def _not_run(source: SourceConfig, why: str) -> list[Check]:
-    names = [name for name, _ in _STEPS if name not in ("tables", "replica_identity")]
+    names = [n for n, _ in _STEPS if n not in ("tables", "replica_identity", "signal_table")]
     names[-1:-1] = [f"{kind} {t}" for kind in ("table", "replica_identity") for t in source.tables]
     return [Check(name, "skip", f"not run: {why}") for name in names]
 
@@ -285,6 +300,7 @@ def _publication_to_create(ctx: _Context) -> Check:
         why = f"not owner of {_names([i.name for i in not_owned])}"
         owners = ", ".join(sorted({_q(i.owner) for i in not_owned}))
         fix = f"{create}\n(run as a superuser or as the tables' owner: {owners})"
+        fix += f"\n{SHARED_OWNERSHIP}"
     else:
         why = f"no CREATE on database {_q(ctx.database.name)}"
         fix = ctx.render("GRANT CREATE ON DATABASE {} TO {};",
@@ -364,6 +380,19 @@ def _identity(ctx: _Context, t: TableName, info: TableInfo | None) -> Check:
     name = f"replica_identity {t}"
     if info is None:
         return Check(name, "skip", "not run: the table does not exist")
+    wanted = ctx.source.replica_identity_autoset_values.for_table(t)
+    change = identity_change(info, wanted) if wanted else None
+    if change is not None and not info.is_owner:  # the run would stop at its ALTER TABLE
+        alter = ctx.render("ALTER TABLE {} REPLICA IDENTITY {};", _table_id(t), change)
+        detail = (
+            f"replica.identity.autoset.values sets {wanted} on every run, and "
+            f"{_q(ctx.role.name)} does not own the table (owner {_q(info.owner)})"
+        )
+        fix = (
+            f"{alter}\n(run once as {_q(info.owner)}: an identity already right is left alone)"
+            f"\n{SHARED_OWNERSHIP}"
+        )
+        return Check(name, "fail", detail, fix)
     ident, pk = info.replica_identity, info.primary_key
     if ident is ReplicaIdentity.FULL:
         return Check(name, "pass", "FULL" + (f", primary key ({_cols(pk)})" if pk else ""))
@@ -382,6 +411,26 @@ def _identity(ctx: _Context, t: TableName, info: TableInfo | None) -> Check:
     fix += "" if pk else "\nor add a primary key"
     fix += "" if info.is_owner else f"\n(run as {_q(info.owner)}, its owner)"
     return Check(name, "fail", f"{why}: UPDATE and DELETE events would carry no key", fix)
+
+
+def _signal_table(ctx: _Context) -> list[Check]:
+    """The signal table is read (never written) at the start of every run."""
+    t = ctx.signal_table
+    if t is None:
+        return []
+    name, info = "signal_table", catalog.table_info(ctx.conn, [t])[t]
+    if info is None:
+        fix = f"{signal_table_ddl(t)}\nor {ctx.pipeline_file}: snapshot.signal.data.collection"
+        return [Check(name, "fail", f"{t} does not exist", fix)]
+    fixes = []
+    if not info.schema_usage:
+        fixes.append(ctx.render("GRANT USAGE ON SCHEMA {} TO {};",
+                                sql.Identifier(t.schema), ctx.role_id))  # fmt: skip
+    if not info.can_select:
+        fixes.append(ctx.render("GRANT SELECT ON {} TO {};", _table_id(t), ctx.role_id))
+    if fixes:
+        return [Check(name, "fail", f"{_q(ctx.role.name)} cannot read {t}", "\n".join(fixes))]
+    return [Check(name, "pass", f"{t}, SELECT granted")]
 
 
 def _cols(columns: tuple[str, ...]) -> str:
@@ -409,6 +458,7 @@ _STEPS: tuple[tuple[str, Callable[[_Context], Check | list[Check]]], ...] = (
     ("slot", _slot),
     ("tables", _tables),
     ("replica_identity", _replica_identity),
+    ("signal_table", _signal_table),
     ("encoding", _encoding),
 )
 

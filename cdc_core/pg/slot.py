@@ -103,23 +103,26 @@ def autoset_replica_identity(
         target = targets[table]
         if info is None or target is None:
             continue  # the doctor names missing tables
-        kind, _, index = target.partition(" ")
-        clause: sql.Composable
-        if kind == "INDEX":
-            same = info.replica_identity is ReplicaIdentity.INDEX and (
-                (info.identity_index or "").split(".")[-1].strip('"') == index
-            )
-            clause = sql.SQL("USING INDEX {}").format(sql.Identifier(index))
-        else:
-            same = info.replica_identity.name == kind
-            clause = sql.SQL(kind)
-        if same:
+        clause = identity_change(info, target)
+        if clause is None:
             continue
         _execute(conn, sql.SQL("ALTER TABLE {} REPLICA IDENTITY {}").format(
             sql.Identifier(table.schema, table.name), clause,
         ))  # fmt: skip
         changed.append(f"{table}: {target}")
     return changed
+
+
+def identity_change(info: catalog.TableInfo, target: str) -> sql.Composable | None:
+    """The REPLICA IDENTITY clause that gives the table identity `target` (FULL, DEFAULT,
+    NOTHING or INDEX name), or None when it has it already."""
+    kind, _, index = target.partition(" ")
+    if kind == "INDEX":
+        same = info.replica_identity is ReplicaIdentity.INDEX and (
+            (info.identity_index or "").split(".")[-1].strip('"') == index
+        )
+        return None if same else sql.SQL("USING INDEX {}").format(sql.Identifier(index))
+    return None if info.replica_identity.name == kind else sql.SQL(kind)
 
 
 def _execute(conn: Connection, statement: sql.Composed) -> None:

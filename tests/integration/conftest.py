@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from cdc_core.errors import SetupError
 from cdc_core.pg.local import LocalPostgres, throwaway_cluster
 from tests.conftest import unavailable
+from tests.integration import privileges
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ class PgServer:
             params["user"] = user
             params.pop("password", None)
         return make_conninfo(**params)  # type: ignore[arg-type]
+
+    def product_dsn(self, dbname: str) -> str:
+        """What the product connects with: the least-privilege role (`privileges`), granted on
+        `dbname`; its password is `${CDC_TEST_PG_PASSWORD}`, for a pipeline file."""
+        return privileges.product_dsn(self.dsn(dbname))
 
     def execute(self, query: str | sql.Composable, dbname: str = "postgres") -> None:
         with psycopg.connect(self.dsn(dbname), autocommit=True) as conn:
@@ -62,9 +68,18 @@ def pg() -> Iterator[PgServer]:
         return
     try:
         with throwaway_cluster("it") as cluster:
+            privileges.require_password(cluster)
             yield PgServer(cluster.dsn(), cluster)
     except SetupError as e:
         unavailable(f"no PostgreSQL for the integration tier: {e}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def product_password() -> Iterator[None]:
+    """The product role's password in the environment, where pipeline files take it from."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(privileges.PASSWORD_VAR, privileges.PASSWORD)
+        yield
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import psycopg
 from cdc_core.lake import Lake
 from cdc_core.launch import submit_environment
 from cdc_core.lsn import Lsn
+from tests.integration.privileges import PASSWORD, PASSWORD_VAR, product_dsn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +24,7 @@ class Pipeline:
     """A pipeline file in a temporary project home, and how to run ingest on it."""
 
     home: Path
-    dsn: str
+    dsn: str  # the superuser's, for the tests' own work; the pipeline file has the product's
     slot: str
 
     @property
@@ -55,7 +56,7 @@ class Pipeline:
         path.write_text(text.replace(old, new))
 
     def env(self) -> dict[str, str]:
-        return submit_environment({"CDC_HOME": str(self.home)})
+        return submit_environment({"CDC_HOME": str(self.home), PASSWORD_VAR: PASSWORD})
 
     def confirmed(self) -> Lsn:
         with psycopg.connect(self.dsn) as conn:
@@ -71,7 +72,8 @@ def make_pipeline(
     home: Path, dsn: str, tables: list[str], *, extra: str = "", source_extra: str = "",
     snapshot: str = "no_data", snapshot_extra: str = "",
 ) -> Pipeline:  # fmt: skip
-    """A pipeline `p` of `tables` in `home` (its lake in home/lake), with a slot of its own."""
+    """A pipeline `p` of `tables` in `home` (its lake in home/lake), with a slot of its own; it
+    runs as the least-privilege role (`privileges`) on `dsn`'s database, `dsn` stays the tests'."""
     slot = f"cdc_{home.name[-20:].lower().replace('-', '_')}_{os.getpid()}"
     slot = "".join(ch for ch in slot if ch.isalnum() or ch == "_")[:63]
     (home / "pipelines").mkdir(parents=True, exist_ok=True)
@@ -82,7 +84,7 @@ def make_pipeline(
         textwrap.dedent(f"""\
         name: p
         source:
-          dsn: {dsn}
+          dsn: {product_dsn(dsn)}
           slot: {slot}
           publication: pub_{slot}
           tables: [{table_list}]

@@ -15,17 +15,19 @@ from cdc_core.launch import spark_submit, submit_environment
 from cdc_core.pg.local import free_port
 from cdc_core.sample.shop import create_schema, load_shop
 from tests.integration.conftest import PgServer
+from tests.integration.privileges import product_conninfo
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def shop(pg: PgServer, database: str) -> str:
-    """A small shop database, as the demo creates it; returns its DSN."""
+    """A small shop database, as the demo creates it; returns the DSN the product runs with
+    (the least-privilege role, its password in it: it goes in the environment)."""
     dsn = pg.dsn(database)
     create_schema(dsn)
     load_shop(dsn, customers=50)
-    return dsn
+    return product_conninfo(dsn)
 
 
 def run(

@@ -20,6 +20,7 @@ from cdc_core.pg.doctor import Check, DoctorReport, format_report, run_doctor
 from cdc_core.pg.local import LocalPostgres, free_port, throwaway_cluster
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from tests.conftest import unavailable
+from tests.integration import privileges
 from tests.integration.conftest import PgServer
 
 SHOP = """
@@ -27,6 +28,7 @@ CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL);
 CREATE TABLE orders (id bigint PRIMARY KEY, customer_id bigint REFERENCES customers, total numeric);
 """
 ROLE_PASSWORD = "doctor-test"
+ROLE_PASSWORD_VAR = "CDC_DOCTOR_PASSWORD"
 
 
 def make_config(
@@ -36,18 +38,21 @@ def make_config(
     *,
     slot: str = "orders_cdc",
     publication: str = "orders_cdc",
+    sections: dict[str, dict[str, str]] | None = None,
 ) -> Config:
-    """A pipeline `orders` and an environment `local` written under `home`, loaded as the CLI does."""
+    """A pipeline `orders` and an environment `local` written under `home`, loaded as the CLI does;
+    `sections` adds keys (e.g. {"snapshot": {"signal.data.collection": ...}})."""
     (home / "pipelines").mkdir(exist_ok=True)
     (home / "conf").mkdir(exist_ok=True)
-    pipeline = {
-        "name": "orders",
-        "source": {"dsn": dsn, "slot": slot, "publication": publication, "tables": list(tables)},
-        "target": {"root": str(home / "lake")},
-    }
+    source = {"dsn": dsn, "slot": slot, "publication": publication, "tables": list(tables)}
+    pipeline: dict[str, object] = {"name": "orders", "source": source}
+    for key, values in (sections or {}).items():
+        pipeline[key] = {**source, **values} if key == "source" else values
+    pipeline["target"] = {"root": str(home / "lake")}
     (home / "pipelines" / "orders.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
     (home / "conf" / "local.yaml").write_text("spark:\n  master: local[1]\n")
-    return load_pipeline("orders", "local", home=home, environ={})
+    environ = {ROLE_PASSWORD_VAR: ROLE_PASSWORD, privileges.PASSWORD_VAR: privileges.PASSWORD}
+    return load_pipeline("orders", "local", home=home, environ=environ)
 
 
 def check(report: DoctorReport, name: str) -> Check:
@@ -67,8 +72,8 @@ def run(pg: PgServer | LocalPostgres, dbname: str, statements: str) -> None:
 
 
 def role_dsn(pg: PgServer, dbname: str, user: str) -> str:
-    """The role's conninfo; the password matters only where the server asks for one."""
-    return make_conninfo(pg.dsn(dbname, user=user), password=ROLE_PASSWORD)
+    """The role's conninfo, its password from the environment (the server may not ask for it)."""
+    return make_conninfo(pg.dsn(dbname, user=user), password=f"${{{ROLE_PASSWORD_VAR}}}")
 
 
 @pytest.fixture
@@ -91,7 +96,7 @@ def role(pg: PgServer, database: str) -> Iterator[str]:
 
 
 def test_a_well_set_up_source_passes_every_check(pg: PgServer, shop: str, tmp_path: Path) -> None:
-    report = run_doctor(make_config(tmp_path, pg.dsn(shop)))
+    report = run_doctor(make_config(tmp_path, pg.product_dsn(shop)))  # the README's grants
 
     assert failed(report) == []
     assert report.ok
@@ -102,6 +107,7 @@ def test_a_well_set_up_source_passes_every_check(pg: PgServer, shop: str, tmp_pa
         "replica_identity public.customers", "replica_identity public.orders", "encoding",
     ]  # fmt: skip
     assert {c.status for c in report.checks} == {"pass"}
+    assert check(report, "replication_role").detail == '"cdc_lake" has REPLICATION'
     assert check(report, "replica_identity public.orders").detail == 'primary key ("id")'
     assert format_report(report).endswith(f"{len(report.checks)} passed, 0 failed")
 
@@ -381,7 +387,7 @@ def test_a_database_not_in_utf8_fails(pg: PgServer, tmp_path: Path) -> None:
 
 
 def test_an_unreachable_server_fails_the_connect_check_and_skips_the_rest(tmp_path: Path) -> None:
-    dsn = f"postgresql://cdc:s3cret@127.0.0.1:{free_port()}/shop"
+    dsn = f"postgresql://cdc:${{{ROLE_PASSWORD_VAR}}}@127.0.0.1:{free_port()}/shop"
 
     report = run_doctor(make_config(tmp_path, dsn))
 
@@ -389,7 +395,7 @@ def test_an_unreachable_server_fails_the_connect_check_and_skips_the_rest(tmp_pa
     assert first.name == "connect"
     assert first.status == "fail"
     assert "postgresql://cdc:***@127.0.0.1" in first.detail
-    assert "s3cret" not in format_report(report)
+    assert ROLE_PASSWORD not in format_report(report)
     assert {c.status for c in rest} == {"skip"}
     assert "table public.orders" in [c.name for c in rest]
     assert not report.ok
@@ -471,3 +477,54 @@ def test_wal_level_passes_once_the_fix_is_applied_and_the_server_restarted(tmp_p
     assert pending.detail == "replica; a new value is set and waits for a restart"
     assert check(after, "wal_level").detail == "logical"
     assert after.ok
+
+
+def test_a_role_refused_connect_on_the_database_gets_the_grant(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    run(pg, shop, f'REVOKE CONNECT ON DATABASE "{shop}" FROM PUBLIC')
+
+    result = check(run_doctor(make_config(tmp_path, role_dsn(pg, shop, role))), "connect")
+
+    assert result.status == "fail"
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == f'GRANT CONNECT ON DATABASE "{shop}" TO "{role}";'
+    run(pg, shop, result.fix.splitlines()[0])
+    assert check(run_doctor(make_config(tmp_path, role_dsn(pg, shop, role))), "connect").status == (
+        "pass"
+    )
+
+
+def test_autoset_on_a_table_the_role_does_not_own_fails_naming_its_owner(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    run(pg, shop, f'ALTER ROLE "{role}" REPLICATION; GRANT SELECT ON customers, orders TO "{role}"')
+    autoset = {"source": {"replica.identity.autoset.values": "public.orders:FULL"}}
+    config = make_config(tmp_path, role_dsn(pg, shop, role), sections=autoset)
+
+    result = check(run_doctor(config), "replica_identity public.orders")
+    assert result.status == "fail"
+    assert "sets FULL on every run" in result.detail
+    assert result.detail.endswith('does not own the table (owner "postgres")')
+    assert result.fix is not None
+    assert result.fix.splitlines()[0] == 'ALTER TABLE "public"."orders" REPLICA IDENTITY FULL;'
+    assert check(run_doctor(config), "replica_identity public.customers").status == "pass"
+
+    run(pg, shop, result.fix.splitlines()[0])  # once, as the owner: the run leaves it alone
+    assert check(run_doctor(config), "replica_identity public.orders").status == "pass"
+
+
+def test_a_signal_table_the_role_cannot_read_gets_the_grant(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    run(pg, shop, "CREATE TABLE debezium_signal (id text PRIMARY KEY, type text, data text)")
+    signals = {"snapshot": {"signal.data.collection": "public.debezium_signal"}}
+    config = make_config(tmp_path, role_dsn(pg, shop, role), sections=signals)
+
+    result = check(run_doctor(config), "signal_table")
+    assert result.status == "fail"
+    assert result.fix == f'GRANT SELECT ON "public"."debezium_signal" TO "{role}";'
+    run(pg, shop, result.fix)
+    assert check(run_doctor(config), "signal_table").detail == (
+        "public.debezium_signal, SELECT granted"
+    )

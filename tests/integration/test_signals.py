@@ -23,6 +23,7 @@ from cdc_core.signals import (
     signal_table_ddl,
 )
 from tests.integration.conftest import PgServer
+from tests.integration.privileges import product_conninfo
 
 SIGNALS = TableName("myschema", "debezium_signal")
 CAPTURED = [
@@ -45,6 +46,13 @@ def conn(pg: PgServer, database: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @pytest.fixture
+def reader(pg: PgServer, database: str) -> Iterator[psycopg.Connection[Any]]:
+    """The product's connection: signals are read as the least-privilege role."""
+    with psycopg.connect(product_conninfo(pg.dsn(database)), autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture
 def signal_table(conn: psycopg.Connection[Any]) -> TableName:
     conn.execute("CREATE SCHEMA myschema")
     conn.execute(signal_table_ddl(SIGNALS))
@@ -54,9 +62,9 @@ def signal_table(conn: psycopg.Connection[Any]) -> TableName:
 
 
 def test_reference_signals_are_read_in_id_order(
-    conn: psycopg.Connection[Any], signal_table: TableName
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
 ) -> None:
-    rows = read_signals(conn, signal_table, processed=())
+    rows = read_signals(reader, signal_table, processed=())
     assert [(i, t) for i, t, _ in rows] == [
         ("ad-hoc-1", "execute-snapshot"),
         ("ad-hoc-2", "execute-snapshot"),
@@ -68,17 +76,17 @@ def test_reference_signals_are_read_in_id_order(
 
 
 def test_processed_signals_are_skipped(
-    conn: psycopg.Connection[Any], signal_table: TableName
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
 ) -> None:
-    rows = read_signals(conn, signal_table, processed={"ad-hoc-1", "ad-hoc-3", "never-sent"})
+    rows = read_signals(reader, signal_table, processed={"ad-hoc-1", "ad-hoc-3", "never-sent"})
     assert [i for i, _, _ in rows] == ["ad-hoc-2", "ad-hoc-4"]
-    assert read_signals(conn, signal_table, processed=[f"ad-hoc-{n}" for n in range(1, 5)]) == []
+    assert read_signals(reader, signal_table, processed=[f"ad-hoc-{n}" for n in range(1, 5)]) == []
 
 
 def test_signals_read_back_parse_into_requests(
-    conn: psycopg.Connection[Any], signal_table: TableName
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
 ) -> None:
-    signals = [parse_signal(*row, CAPTURED) for row in read_signals(conn, signal_table, ())]
+    signals = [parse_signal(*row, CAPTURED) for row in read_signals(reader, signal_table, ())]
     table1, table2, products = CAPTURED
     assert signals == [
         SnapshotRequest(
@@ -101,7 +109,7 @@ def test_signals_read_back_parse_into_requests(
     ],
 )
 def test_an_ordering_column_orders_signals_oldest_first(
-    conn: psycopg.Connection[Any], ordering_column: str
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], ordering_column: str
 ) -> None:
     conn.execute(
         "CREATE TABLE public.debezium_signal (id varchar(42) PRIMARY KEY, "
@@ -112,11 +120,13 @@ def test_an_ordering_column_orders_signals_oldest_first(
             "INSERT INTO public.debezium_signal (id, type, data) VALUES (%s, 'log', NULL)",
             (signal_id,),
         )
-    rows = read_signals(conn, TableName("public", "debezium_signal"), ())
+    rows = read_signals(reader, TableName("public", "debezium_signal"), ())
     assert [i for i, _, _ in rows] == ["z-first", "m-second", "a-third"]
 
 
-def test_quoted_signal_table_name_with_jsonb_data_is_read(conn: psycopg.Connection[Any]) -> None:
+def test_quoted_signal_table_name_with_jsonb_data_is_read(
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any]
+) -> None:
     conn.execute('CREATE SCHEMA "Ops"')
     conn.execute(
         'CREATE TABLE "Ops"."Debezium Signal.v2" (id text PRIMARY KEY, type text, data jsonb)'
@@ -125,7 +135,7 @@ def test_quoted_signal_table_name_with_jsonb_data_is_read(conn: psycopg.Connecti
         'INSERT INTO "Ops"."Debezium Signal.v2" VALUES '
         """('s1', 'execute-snapshot', '{"data-collections": ["public.\\"My.Table\\""]}')"""
     )
-    rows = read_signals(conn, TableName("Ops", "Debezium Signal.v2"), ())
+    rows = read_signals(reader, TableName("Ops", "Debezium Signal.v2"), ())
     my_table = TableName("public", "My.Table")
     assert [parse_signal(*row, [my_table]) for row in rows] == [
         SnapshotRequest("s1", "incremental", (my_table,), {}, None)
@@ -134,9 +144,10 @@ def test_quoted_signal_table_name_with_jsonb_data_is_read(conn: psycopg.Connecti
 
 def test_missing_signal_table_names_it_and_how_to_create_it(
     conn: psycopg.Connection[Any],
+    reader: psycopg.Connection[Any],
 ) -> None:
     with pytest.raises(TerminalError) as caught:
-        read_signals(conn, SIGNALS, ())
+        read_signals(reader, SIGNALS, ())
     message = str(caught.value)
     assert (
         "signal table myschema.debezium_signal (signal.data.collection) does not exist" in message
@@ -149,7 +160,8 @@ def test_missing_signal_table_names_it_and_how_to_create_it(
 
 def test_signal_table_without_a_data_column_is_a_terminal_error(
     conn: psycopg.Connection[Any],
+    reader: psycopg.Connection[Any],
 ) -> None:
     conn.execute("CREATE TABLE public.debezium_signal (id varchar(42) PRIMARY KEY, type text)")
     with pytest.raises(TerminalError, match="has no column data"):
-        read_signals(conn, TableName("public", "debezium_signal"), ())
+        read_signals(reader, TableName("public", "debezium_signal"), ())

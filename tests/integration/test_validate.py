@@ -19,6 +19,7 @@ from cdc_core.cli import main
 from cdc_core.identifiers import TableName
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ROOT, Pipeline, ingest_ok, make_pipeline, sql
+from tests.integration.privileges import PASSWORD, files_holding_password
 
 TABLES = ["public.items", "public.events", "public.notes"]
 EXPECTATIONS = """\
@@ -177,6 +178,8 @@ def test_validate_proves_a_mirror_equal_then_names_keys_changed_behind_its_back(
     assert rows["public.notes"][-1] == "equal"
     assert "quality (great-expectations):" in run.stdout
     assert (p.lake.state / "quality" / "index.html").is_file()
+    assert PASSWORD not in run.stdout + run.stderr  # it ran as the least-privilege role
+    assert files_holding_password(Path(p.lake.root)) == []  # the data docs and reports too
 
     items = p.lake.silver(TableName("public", "items"))
     DeltaTable.forPath(spark, items).update("order_id = 2 AND line = 3", {"note": "'tampered'"})
