@@ -13,10 +13,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark import StorageLevel
@@ -32,6 +30,7 @@ from cdc_core.lake_state import committing, read_watermark
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.silver_table import quoted, sql_name
 from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_files
+from cdc_core.state import write_text
 
 CAPTURE_APP = "cdc-capture"  # txnAppId of appends from staged files
 WATERMARK = "bronze_staged_end"
@@ -270,7 +269,7 @@ def record_schema(lake: Lake, descriptor: RelationDescriptor, first_lsn: int) ->
         "first_lsn": first_lsn,
         "descriptor": descriptor.to_json(),
     }
-    _write_atomically(path, json.dumps(entry, sort_keys=True))
+    write_text(path, json.dumps(entry, sort_keys=True))
 
 
 def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor]]:
@@ -282,9 +281,3 @@ def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor
         if entry["table"] == table:
             out.append((int(entry["first_lsn"]), RelationDescriptor.from_json(entry["descriptor"])))
     return sorted(out, key=lambda e: e[0])
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -52,6 +52,7 @@ class SessionStarting:
     def __init__(self, settings: SparkSettings, app_name: str = "cdc") -> None:
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
+        self._active_in: int | None = None  # the thread the session was made active in
         self._thread = threading.Thread(
             target=self._build, args=(settings, app_name), name="spark-start", daemon=True
         )
@@ -68,9 +69,11 @@ class SessionStarting:
         if self._error is not None:
             raise self._error
         assert self._session is not None
-        jvm = self._session.sparkContext._jvm
-        assert jvm is not None  # the JVM's active session is per thread: make it the caller's
-        jvm.SparkSession.setActiveSession(self._session._jsparkSession)
+        if self._active_in != threading.get_ident():  # the JVM's is per thread: the caller's
+            jvm = self._session.sparkContext._jvm
+            assert jvm is not None
+            jvm.SparkSession.setActiveSession(self._session._jsparkSession)
+            self._active_in = threading.get_ident()
         return self._session
 
 
