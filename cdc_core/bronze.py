@@ -251,21 +251,25 @@ def fingerprint(descriptor: RelationDescriptor) -> str:
 
 
 def record_schemas(lake: Lake, contexts: Iterable[StagedContext]) -> None:
-    """Write each descriptor not yet in the schema history (content-addressed, idempotent)."""
+    """Write each descriptor the schema history does not have at its place (idempotent)."""
     for ctx in contexts:
-        for descriptor in ctx.relations.values():
+        for descriptor in sorted(ctx.relations.values(), key=lambda d: d.version):
             record_schema(lake, descriptor, ctx.first_lsn)
 
 
 def record_schema(lake: Lake, descriptor: RelationDescriptor, first_lsn: int) -> None:
-    """Record a table's shape as seen from `first_lsn` on (the earliest sighting is kept)."""
+    """Record a table's shape as seen from `first_lsn` on, unless the table already had that
+    shape then. A shape can come back (a key dropped and added again): it is recorded again."""
     folder = lake.state / "schemas"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{fingerprint(descriptor)}.json"
-    if path.exists() and int(json.loads(path.read_text())["first_lsn"]) <= first_lsn:
+    table = f"{descriptor.schema}.{descriptor.table}"
+    shape = fingerprint(descriptor)
+    earlier = [(lsn, d) for lsn, d in schema_history(lake, table) if lsn <= first_lsn]
+    if earlier and fingerprint(earlier[-1][1]) == shape:
         return
+    path = folder / f"{shape}-{first_lsn:016x}.json"  # a replay writes the same file again
     entry = {
-        "table": f"{descriptor.schema}.{descriptor.table}",
+        "table": table,
         "first_lsn": first_lsn,
         "descriptor": descriptor.to_json(),
     }
@@ -280,4 +284,4 @@ def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor
         entry = json.loads(path.read_text())
         if entry["table"] == table:
             out.append((int(entry["first_lsn"]), RelationDescriptor.from_json(entry["descriptor"])))
-    return sorted(out, key=lambda e: e[0])
+    return sorted(out, key=lambda e: (e[0], e[1].version))  # a file's later shapes: later versions

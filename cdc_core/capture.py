@@ -36,6 +36,7 @@ from cdc_core.pg.slot import (
 from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budget
 from cdc_core.stager import Limits, StagedFile, Stager
 from cdc_core.state import heartbeat_file, read_json, record_confirmed, write_json
+from cdc_core.transient import transient_failures
 
 log = logging.getLogger("cdc_core.capture")
 
@@ -144,7 +145,8 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
     counts = [0, 0]
     for attempt in range(settings.retries + 1):
         try:
-            _capture_until(config, lake, stager, end, counts)
+            with transient_failures():  # a catalog query cut off too, not only the stream
+                _capture_until(config, lake, stager, end, counts)
             break
         except TransientError as e:
             stager.abort()

@@ -37,6 +37,12 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
     except Exception as e:  # the last line of defence: one line, not a wall of traceback
         if debug:
             traceback.print_exc()
+        from cdc_core.transient import as_transient
+
+        transient = as_transient(e)  # a lost server or a timeout: exit 75, not a bug
+        if transient is not None:
+            print(f"error: {transient}", file=sys.stderr)
+            return transient.exit_code
         print(f"error: unexpected {type(e).__name__}: {e} (run with --debug for the traceback)",
               file=sys.stderr)  # fmt: skip
         return EXIT_FAILURE

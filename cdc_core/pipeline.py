@@ -23,7 +23,9 @@ from cdc_core import faults
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
 from cdc_core.config import Config
+from cdc_core.config.model import SourceConfig
 from cdc_core.errors import TerminalError, TransientError, UsageError
+from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import (
@@ -37,10 +39,11 @@ from cdc_core.metrics import (
     write_prometheus,
 )
 from cdc_core.pg.connect import connect
-from cdc_core.pg.doctor import run_doctor
+from cdc_core.pg.doctor import Check, run_doctor
 from cdc_core.pg.slot import autoset_replica_identity
 from cdc_core.run_lock import run_lock
 from cdc_core.start import start
+from cdc_core.transient import transient_failures
 
 log = logging.getLogger("cdc_core.pipeline")
 
@@ -133,12 +136,35 @@ def _check_source(config: Config) -> None:
     for c in report.checks:
         if c.status == "warn":
             log.warning("%s: %s (%s)", c.name, c.detail, c.fix)
-    if not report.ok:
-        failed = ", ".join(c.name for c in report.checks if c.status == "fail")
+    failures = [c for c in report.checks if c.status == "fail"]
+    late = _published_without_key(pipeline.source, failures)
+    for c in late:  # refusing to run no longer spares the source: its mirror stops alone
+        log.error("%s: %s, and the table is published already: its mirror stops until fixed, "
+                  "other tables go on (%s)", c.name, c.detail, c.fix)  # fmt: skip
+    if any(c not in late for c in failures):
+        failed = ", ".join(c.name for c in failures if c not in late)
         raise TerminalError(
             f"pipeline {pipeline.name}: the source is not ready ({failed}); "
             f"run `cdc doctor --pipeline {pipeline.name}` for the fixes"
         )
+
+
+def _published_without_key(source: SourceConfig, failures: list[Check]) -> list[Check]:
+    """The replica identity failures of tables already in the publication. The doctor refuses
+    a table without a key before publishing it would break the source's UPDATE and DELETE;
+    once published (its key dropped since), that has happened, and silver stops its mirror."""
+    prefix = "replica_identity "
+    candidates = [c for c in failures if c.name.startswith(prefix)]
+    if not candidates:
+        return []
+    with connect(source.dsn) as conn:
+        rows = conn.execute(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables "
+            "WHERE pubname = %s",
+            (source.publication,),
+        ).fetchall()
+    published = {str(TableName(str(s), str(t))) for s, t in rows}
+    return [c for c in candidates if c.name.removeprefix(prefix) in published]
 
 
 def _continuous(
@@ -166,7 +192,8 @@ def _continuous(
         while not stop.is_set():
             began = time.monotonic()
             try:
-                last = batch(spark, config, lake, totals, mirrors)
+                with transient_failures():  # a lost server or a timeout from any step
+                    last = batch(spark, config, lake, totals, mirrors)
             except TransientError as e:
                 failures += 1
                 if failures > settings.retries:
@@ -242,9 +269,9 @@ def batch(
         heartbeat(config, lake)
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
-    if mirrors is not None and begun.jobs:
+    if mirrors is not None and (begun.jobs or begun.reset):
         mirrors.versions.clear()  # snapshot reads may wait behind the frontier: check them all
-    known = None if begun.jobs else mirrors
+    known = None if begun.jobs or begun.reset else mirrors  # a reset is in no table's files
     applied = apply_staged(session_of(spark), lake, config, streaming=streaming, caught=known)
     visible_us = now_us()
     merged = _merge_results(pending[1], applied[1])
@@ -323,11 +350,13 @@ def _record(
 
 
 def _merge_results(first: list[TableResult], second: list[TableResult]) -> list[TableResult]:
+    """Two silver passes of one batch: changes add up; a table stopped by the first pass that
+    the second applied (what the batch captured fixed it: a key put back) is not stopped."""
     from cdc_core.silver import TableResult
 
     totals: dict[str, TableResult] = {}
     for r in first + second:
         old = totals.get(r.table)
         changes = r.changes + (old.changes if old else 0)
-        totals[r.table] = TableResult(r.table, changes, r.error or (old.error if old else None))
+        totals[r.table] = TableResult(r.table, changes, r.error)  # the later pass's verdict
     return list(totals.values())

@@ -30,6 +30,9 @@ WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""
 HEARTBEAT_PREFIX = "cdc-lake.heartbeat"
 """Prefix of heartbeat messages (`heartbeat.interval.ms`); staged whatever the prefix filters."""
+RESET_PREFIX = "cdc-lake.reset"
+"""Prefix of the message that starts a recreated table's mirror over (content: the table,
+`schema.table`); staged whatever the prefix filters, applied by silver as a TRUNCATE."""
 _OID = struct.Struct(">I").unpack_from
 
 
@@ -230,7 +233,7 @@ class Assembler:
 
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
         if msg.prefix == WATERMARK_PREFIX or (
-            msg.prefix != HEARTBEAT_PREFIX and not self.keep_message(msg.prefix)
+            msg.prefix not in (HEARTBEAT_PREFIX, RESET_PREFIX) and not self.keep_message(msg.prefix)
         ):
             return None  # a snapshot read's high watermark, or a message filtered out
         if msg.transactional:

@@ -21,11 +21,13 @@ from pyspark.sql import functions as F
 
 from cdc_core import delta_log, faults
 from cdc_core.bronze import schema_history
+from cdc_core.envelope import MESSAGES_TABLE
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import committing, local_path, read_watermark, table_version
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
+from cdc_core.reader import RESET_PREFIX
 from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
 from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
 from cdc_core.silver_table import ensure_silver, register, sql_name
@@ -179,11 +181,18 @@ def _pending(
     frontier: int | None,
 ) -> DataFrame:  # fmt: skip
     bronze = spark.read.format("delta").load(lake.bronze)
-    rows = bronze.where(
-        (F.col("source_table") == table.qualified)
-        & F.col("op").isin("c", "u", "d", "r", "t")
-        & after_position(after[0], after[1])
+    reset = (  # a recreated table's mirror starts over here (`cdc_core.drift`): a TRUNCATE
+        (F.col("source_table") == MESSAGES_TABLE)
+        & (F.col("op") == "m")
+        & (F.col("message.prefix") == RESET_PREFIX)
+        & (F.col("message.content") == F.lit(table.qualified.encode()))
     )
+    rows = bronze.where(
+        F.col("source_table").isin(table.qualified, MESSAGES_TABLE)
+        & ((F.col("source_table") == table.qualified) & F.col("op").isin("c", "u", "d", "r", "t")
+           | reset)
+        & after_position(after[0], after[1])
+    ).withColumn("op", F.when(reset, F.lit("t")).otherwise(F.col("op")))  # fmt: skip
     if frontier is not None:  # stream changes are all before it; reads after it wait
         rows = rows.where((F.col("op") != "r") | (F.col("commit_lsn") <= frontier))
     return rows

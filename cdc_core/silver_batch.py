@@ -73,11 +73,16 @@ def _text_struct(shape: TableShape) -> T.StructType:
     return T.StructType([T.StructField(c.name, T.StringType()) for c in shape.columns])
 
 
+# Bronze's JSON is the product's own: parse every string whole (Jackson stops at 20 M chars
+# by default, a 10 MB bytea in hex) and fail loudly, never a row of NULLs (PERMISSIVE's way).
+JSON_OPTIONS = {"maxStringLen": str(2**31 - 1), "mode": "FAILFAST"}
+
+
 def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
     """Each change's values as text: `after` for c/u/r, `before` for d (the key or old row)."""
     text = _text_struct(shape)
-    values = F.when(F.col("op") == "d", F.from_json("before", text)).otherwise(
-        F.from_json("after", text)
+    values = F.when(F.col("op") == "d", F.from_json("before", text, JSON_OPTIONS)).otherwise(
+        F.from_json("after", text, JSON_OPTIONS)
     )
     key_type = T.StructType([T.StructField(k, T.StringType()) for k in shape.key])
     old_key = F.col("headers").getItem("__debezium.oldkey")
@@ -88,9 +93,11 @@ def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
         F.col("read_view").alias("_read_view"),
         F.coalesce("unchanged", F.array().cast("array<string>")).alias("_unchanged"),
         values.alias("_values"),
-        (F.from_json(old_key, key_type) if shape.key else F.lit(None)).alias("_old_key"),
+        (F.from_json(old_key, key_type, JSON_OPTIONS) if shape.key else F.lit(None)).alias(
+            "_old_key"
+        ),
         old_key.alias("_old_key_json"),
-        F.from_json("before", text).alias("_before"),
+        F.from_json("before", text, JSON_OPTIONS).alias("_before"),
     )  # fmt: skip
 
 
@@ -162,7 +169,7 @@ def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Co
     """JVM expressions for every typed column (and old key), and the condition under which they
     are all exact; None when some column's type has no fast path."""
     exprs: list[Column] = []
-    plain: Column = F.lit(True)
+    plain: list[Column] = []
     by_name = {c.name: c for c in shape.columns}
     sources = [(c.name, F.col("_values").getField(c.name), c) for c in shape.columns] + [
         (f"_old_{k}", F.col("_old_key").getField(k), by_name[k]) for k in shape.key
@@ -172,8 +179,19 @@ def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Co
         if value is None:
             return None
         exprs.append(value.alias(name))
-        plain = plain & (text.isNull() | value.isNotNull())
-    return exprs, F.coalesce(plain, F.lit(False))
+        plain.append(text.isNull() | value.isNotNull())
+    return exprs, F.coalesce(all_of(plain), F.lit(False))
+
+
+def all_of(conditions: list[Column]) -> Column:
+    """`c1 AND c2 AND ...` as a balanced tree: a chain of 500 (a wide table) overflows the
+    JVM's stack where Spark converts and analyses expressions recursively."""
+    if not conditions:
+        return F.lit(True)
+    while len(conditions) > 1:
+        pairs = zip(conditions[::2], conditions[1::2], strict=False)
+        conditions = [a & b for a, b in pairs] + conditions[len(conditions) // 2 * 2 :]
+    return conditions[0]
 
 
 def _convert_batches(

@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 from cdc_core.errors import TerminalError
 from cdc_core.events import RelationDescriptor
 from cdc_core.pg.pgoutput import ReplicaIdentity
-from cdc_core.pgtypes import ColumnType, SilverType, TypeModes, silver_type
+from cdc_core.pgtypes import ColumnType, SilverType, TypeModes, is_unknown, silver_type
 from cdc_core.pgtypes.scalars import numeric_typmod
 
 CDC_COLUMNS = T.StructType(
@@ -56,6 +56,7 @@ class SilverColumn:
     pg: ColumnType
     silver: SilverType
     type_name: str  # the PostgreSQL type as users read it
+    unknown: bool = False  # an extension's type the mapping does not know: kept as text
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class TableShape:
     key: tuple[str, ...]  # primary key; empty: rows are a multiset identified by content
     identity: ReplicaIdentity
     source_typed: frozenset[str] = frozenset()  # columns whose field metadata has their pg type
+    keyed_by: tuple[str, ...] = ()  # the newest primary key any shape had (for errors)
 
     @property
     def qualified(self) -> str:
@@ -118,15 +120,17 @@ def table_shape(
     for _, descriptor in history:
         for c in descriptor.columns:
             pg = column_type(c)
-            new = SilverColumn(c.name, pg, silver_type(pg, modes), c.type_name)
+            new = SilverColumn(c.name, pg, silver_type(pg, modes), c.type_name,
+                               is_unknown(pg, c.type_oid))  # fmt: skip
             old = columns.get(c.name)
             if old is not None and old.silver != new.silver:
                 new = _widened(f"{descriptor.schema}.{descriptor.table}", old, new)
             columns[c.name] = new
     qualified = f"{newest.schema}.{newest.table}"
     typed = frozenset(c.name for c in columns.values() if propagates and propagates(qualified, c))
+    keyed_by = next((d.primary_key for _, d in reversed(history) if d.primary_key), ())
     return TableShape(newest.schema, newest.table, tuple(columns.values()), newest.primary_key,
-                      newest.replica_identity, typed)  # fmt: skip
+                      newest.replica_identity, typed, keyed_by)  # fmt: skip
 
 
 def _widened(table: str, old: SilverColumn, new: SilverColumn) -> SilverColumn:

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import logging
+
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from cdc_core.silver_shape import SchemaChangeError, TableShape
+from cdc_core.silver_shape import MULTISET_COLUMNS, SchemaChangeError, TableShape
+
+log = logging.getLogger(__name__)
 
 PROPERTIES = {
     "delta.enableChangeDataFeed": "true",  # consumers follow the mirror
     "delta.enableDeletionVectors": "true",  # MERGE marks rows instead of rewriting whole files
     "delta.enableTypeWidening": "true",  # int -> bigint and the like, in place
 }
+# Delta keeps column names as Parquet's only under column mapping when they hold any of these;
+# mapping by name is set on the mirrors that need it (older readers cannot read the others).
+_MAPPED_CHARACTERS = frozenset(" ,;{}()\n\t=")
+COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}
 _WIDER: set[tuple[type[T.DataType], type[T.DataType]]] = {
     (T.ShortType, T.IntegerType), (T.ShortType, T.LongType), (T.IntegerType, T.LongType),
     (T.FloatType, T.DoubleType),
@@ -32,13 +40,21 @@ def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
     """Create the mirror, or bring its schema to `shape`: add columns, widen types in place."""
     wanted = shape.spark_schema()
     if not DeltaTable.isDeltaTable(spark, path):
+        _warn_unknown(shape, {c.name for c in shape.columns})
         builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted)
-        for key, value in PROPERTIES.items():
+        mapping = COLUMN_MAPPING if needs_column_mapping(wanted.names) else {}
+        for key, value in (PROPERTIES | mapping).items():
             builder = builder.property(key, value)
         builder.execute()
         return
     existing = {f.name: f.dataType for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
+    multiset = MULTISET_COLUMNS.names[0] in existing
+    if multiset == bool(shape.key):
+        raise SchemaChangeError(key_changed(shape))
     added = [f for f in wanted.fields if f.name not in existing]
+    _warn_unknown(shape, {f.name for f in added})
+    if needs_column_mapping([f.name for f in added]):
+        _map_columns_by_name(spark, path)
     if any(f.metadata for f in added):  # SQL cannot set field metadata; a schema merge can
         empty = spark.createDataFrame([], T.StructType(added))
         empty.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
@@ -58,6 +74,49 @@ def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
             )
         spark.sql(f"ALTER TABLE {sql_name(path)} ALTER COLUMN {quoted(f.name)} TYPE "
                   f"{f.dataType.simpleString()}")  # fmt: skip
+
+
+def key_changed(shape: TableShape) -> str:
+    """Why a mirror cannot go between rows by key and a multiset of rows in place."""
+    t = shape.qualified
+    if shape.key:
+        what = (f"table {t} has a primary key ({', '.join(shape.key)}) now, and its silver mirror "
+                "is a multiset of rows without one")  # fmt: skip
+        back = "drop the primary key again"
+    else:
+        key = ", ".join(shape.keyed_by) or "?"
+        what = (
+            f"table {t} lost its primary key ({key}), and its silver mirror is keyed by it "
+            "(UPDATE and DELETE on the source fail too unless its replica identity is FULL)"
+        )
+        back = f"add the primary key back (ALTER TABLE {t} ADD PRIMARY KEY ({key}))"
+    return (
+        f"{what}. The mirror stops here; other tables go on. To move on, {back} and the mirror "
+        "goes on where it stopped, or drop the silver table and take a new snapshot of it "
+        f"(`cdc snapshot --table {t}`)"
+    )
+
+
+def _warn_unknown(shape: TableShape, created: set[str]) -> None:
+    for c in shape.columns:
+        if c.unknown and c.name in created:
+            log.warning(
+                "table %s: column %s has type %s, which cdc-lake does not know (an extension's "
+                "type): its silver column holds the exact text PostgreSQL prints for it (string)",
+                shape.qualified, c.name, c.type_name,
+            )  # fmt: skip
+
+
+def needs_column_mapping(names: list[str]) -> bool:
+    """Whether Delta can keep these column names only under column mapping."""
+    return any(not _MAPPED_CHARACTERS.isdisjoint(name) for name in names)
+
+
+def _map_columns_by_name(spark: SparkSession, path: str) -> None:
+    detail = DeltaTable.forPath(spark, path).detail().first()
+    if detail is None or detail["properties"].get("delta.columnMapping.mode", "none") == "none":
+        properties = ", ".join(f"'{k}' = '{v}'" for k, v in COLUMN_MAPPING.items())
+        spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ({properties})")
 
 
 def spark_widens(old: T.DataType, new: T.DataType) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 
 from cdc_core.config import Config
+from cdc_core.drift import Drift, catalog_entries, drifts
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -24,10 +25,12 @@ from cdc_core.pg.catalog import table_columns, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
+from cdc_core.reader import RESET_PREFIX
 from cdc_core.signals import SignalProblem, SnapshotRequest, StopRequest, parse_signal, read_signals
 from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job
 from cdc_core.snapshot_modes import Decision, StartState, decide
 from cdc_core.state import (
+    catalog_file,
     known_tables_file,
     read_json,
     record_confirmed,
@@ -47,6 +50,7 @@ class RunStart:
 
     decision: Decision
     jobs: tuple[SnapshotJob, ...]  # unfinished jobs, oldest first
+    reset: bool = False  # a mirror starts over (a recreated table): every mirror is looked at
 
 
 def requests_dir(lake: Lake) -> Path:
@@ -73,9 +77,19 @@ def start(config: Config, lake: Lake) -> RunStart:
                 _new_slot(conn, config, lake)
             slot = ensure_slot(conn, source.slot)
         jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)
+        drifted: list[Drift] = []
+        if decision.stream or decision.snapshot:
+            now = catalog_entries(conn, list(source.tables))
+            recorded = read_json(catalog_file(lake)) or {}
+            if decision.stream and state.stored_position and not decision.snapshot:
+                drifted = drifts(recorded, now)
+                jobs += _heal(conn, config, lake, drifted)
+            entries = recorded | {str(t): e.to_json() for t, e in now.items()}
+            write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
         if slot is not None and read_json(stream_file(lake)) is None:  # after planning: a run
             record_confirmed(lake, source.slot, slot.confirmed_flush)  # that dies first starts over
-    return RunStart(decision, tuple(j for j in jobs if not j.finished))
+    reset = any(d.reset for d in drifted)
+    return RunStart(decision, tuple(j for j in jobs if not j.finished), reset)
 
 
 def _start_state(conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]) -> StartState:
@@ -168,6 +182,29 @@ def _plan(
         jobs += _from_signals(conn, config, lake, jobs)
     jobs += _from_requests(conn, config, lake)
     return jobs
+
+
+def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[SnapshotJob]:
+    """Tables changed in ways the stream does not carry (`cdc_core.drift`): a reset marker for
+    each recreated one, then an incremental snapshot of them all."""
+    planned = []
+    for d in found:
+        if d.reset:  # in the WAL before the snapshot's windows: silver empties the mirror here
+            conn.execute(
+                "SELECT pg_logical_emit_message(true, %s, %s)", (RESET_PREFIX, d.table.qualified)
+            )
+            log.warning("table %s %s: its mirror starts over from here", d.table, d.reason)
+        else:
+            log.warning("table %s: %s, which no change carried", d.table, d.reason)
+    settings = config.pipeline.snapshot
+    if found and settings.mode == "no_data":
+        log.warning("snapshot.mode no_data: %s not read again; run `cdc snapshot` to fill them in",
+                    ", ".join(str(d.table) for d in found))  # fmt: skip
+    elif found:
+        job = plan_job(conn, "incremental", "schema change", [d.table for d in found],
+                       chunk_size=settings.chunk_size)  # fmt: skip
+        planned.append(_save(lake, job))
+    return planned
 
 
 def _save(lake: Lake, job: SnapshotJob) -> SnapshotJob:

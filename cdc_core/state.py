@@ -56,6 +56,11 @@ def known_tables_file(lake: Lake) -> Path:
     return lake.state / "tables.json"
 
 
+def catalog_file(lake: Lake) -> Path:
+    """Each table's catalog entry as the last run saw it (`drift.CatalogEntry`)."""
+    return lake.state / "catalog.json"
+
+
 def signals_file(lake: Lake) -> Path:
     return lake.state / "signals.json"
 

@@ -463,11 +463,7 @@ class SourceConfig:
             raise FieldError("publication", "the name is empty")
         if not self.tables:
             raise FieldError("tables", "list at least one table to capture, as schema.table")
-        seen: set[TableName] = set()
-        for t in self.tables:
-            if t in seen:
-                raise FieldError("tables", f"{t} is listed twice")
-            seen.add(t)
+        _check_names(self.tables)
         kept = tuple(t for t in self.tables if self.captures(t))
         if not kept:
             raise FieldError(
@@ -877,3 +873,23 @@ class Config:
     env_name: str
     pipeline_file: str
     env_file: str
+
+
+def _check_names(tables: tuple[TableName, ...]) -> None:
+    """Each table once; names that give each mirror a directory of its own, and bronze rows
+    that say which table they belong to."""
+    seen: dict[str, TableName] = {}
+    for t in tables:
+        other = seen.setdefault(t.qualified, t)
+        if other is not t:
+            clash = (
+                f"{other} and {t} are both {t.qualified} in bronze (source.table, as Debezium "
+                "writes it): capture one of them, or rename one in PostgreSQL"
+            )
+            raise FieldError("tables", f"{t} is listed twice" if other == t else clash)
+        if any(part in (".", "..") or "/" in part for part in (t.schema, t.name)):
+            raise FieldError(
+                "tables",
+                f"{t} cannot be a directory of the lake (silver/<schema>/<table>): a name '.' "
+                "or '..' or with '/' would put its mirror elsewhere; rename it in PostgreSQL",
+            )

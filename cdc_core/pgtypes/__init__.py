@@ -31,7 +31,8 @@ bytea_output=hex; lc_monetary=C. Bronze keeps that text; silver holds typed valu
 | uuid, json, jsonb, xml, inet, cidr, macaddr, macaddr8, | string (exact text)                |
 | tsvector, tsquery, pg_lsn, bit(n > 1), varbit, line,   |                                    |
 | lseg, box, path, polygon, circle, ltree, enums,        |                                    |
-| ranges, multiranges, composites, any other type        |                                    |
+| ranges, multiranges, composites, any other type (an    |                                    |
+| extension's base type not named here: with a warning)  |                                    |
 | T[] (an array of any type above)                       | array<silver type of T>            |
 
 Domains count as their base type (the catalog resolves them). The modes change:
@@ -62,7 +63,7 @@ since 1970-01-01; timestamp -> int µs since the epoch; timestamp_ntz -> int wal
 since 1970-01-01T00:00; array -> list (None for NULL elements); map -> dict; struct -> dict.
 """
 
-from cdc_core.pgtypes.mapping import Converter, converter, silver_type
+from cdc_core.pgtypes.mapping import Converter, converter, is_unknown, silver_type
 from cdc_core.pgtypes.schema import (
     DEFAULT_MODES,
     ColumnType,
@@ -79,5 +80,6 @@ __all__ = [
     "TypeModes",
     "Unrepresentable",
     "converter",
+    "is_unknown",
     "silver_type",
 ]

@@ -53,6 +53,27 @@ _FIXED: dict[str, _Mapped] = {
     "timestamptz": (TIMESTAMP, temporal.timestamptz),
     "point": (POINT, scalars.point),
 }
+# Base types `_mapped` handles by name, and those kept as text on purpose: the built-in ones
+# (each domain over them too) and the extensions' types the mapping documents.
+_HANDLED = frozenset({"numeric", "money", "time", "interval", "bytea", "hstore", "bit"})
+_TEXT = frozenset({
+    "text", "varchar", "bpchar", "name", "char", "citext", "uuid", "json", "jsonb", "jsonpath",
+    "xml", "inet", "cidr", "macaddr", "macaddr8", "tsvector", "tsquery", "pg_lsn", "varbit",
+    "line", "lseg", "box", "path", "polygon", "circle", "ltree", "timetz", "txid_snapshot",
+    "pg_snapshot", "regclass", "regtype", "regproc", "regprocedure", "regoper", "regoperator",
+    "regconfig", "regdictionary", "regnamespace", "regrole", "regcollation", "tid", "aclitem",
+    "int2vector", "oidvector", "refcursor",
+})  # fmt: skip
+FIRST_NORMAL_OID = 16384
+"""Types with lower OIDs are built in (PostgreSQL's FirstNormalObjectId); extensions' are not."""
+
+
+def is_unknown(t: ColumnType, type_oid: int) -> bool:
+    """Whether a column of type `t` (declared as `type_oid`: the type itself, its domain or its
+    array) has a base type no one taught the mapping: an extension's, kept as its exact text,
+    which a user may want to know."""
+    known = t.kind != "b" or t.name in _FIXED or t.name in _HANDLED or t.name in _TEXT
+    return not known and type_oid >= FIRST_NORMAL_OID
 
 
 def silver_type(t: ColumnType, modes: TypeModes = DEFAULT_MODES) -> SilverType:

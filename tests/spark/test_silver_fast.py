@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_core.pgtypes import ColumnType, TypeModes, Unrepresentable, converter
+from cdc_core.silver_batch import all_of
 from cdc_core.silver_fast import fast_value
 
 PRECISE = TypeModes()
@@ -170,3 +171,14 @@ def test_typed_splits_rows_between_the_jvm_and_python_and_agrees_with_the_conver
             assert same(value, expected), (name, text_value, value, expected)
         assert dict(got["_cdc_raw"] or {}) == raw
         assert got["_old_id"] == (int(old["id"]) if old else None)
+
+
+def test_a_condition_over_500_columns_is_a_shallow_tree(spark: SparkSession) -> None:
+    """A chain of 500 ANDs overflowed the JVM stack on a 500-column table."""
+    columns = [f"c{i}" for i in range(500)]
+    df = spark.createDataFrame(
+        [tuple(range(500)), tuple([None] * 500)], ", ".join(f"{c} int" for c in columns)
+    )
+    every = all_of([F.col(c).isNotNull() for c in columns])
+    assert df.where(every).count() == 1
+    assert df.where(all_of([])).count() == 2

@@ -213,3 +213,24 @@ def test_keyed_source_types_values_exactly(spark: SparkSession) -> None:
     ])  # fmt: skip
     expected = spark.createDataFrame([(1, "x", None, [("amount", "NaN")], 20, "u")], schema)
     assert_df_equality(got, expected, ignore_nullable=True)
+
+
+def test_a_column_delta_cannot_name_plainly_turns_column_mapping_on(
+    spark: SparkSession, table: str
+) -> None:
+    odd = SilverColumn('x"; DROP TABLE y; --', ColumnType("text", "b", -1, False),
+                       SilverType("string"), "text")  # fmt: skip
+    wider = TableShape("public", "t", (*shape().columns, odd), ("id",), ReplicaIdentity.DEFAULT)
+    ensure_silver(spark, table, wider)
+    properties = DeltaTable.forPath(spark, table).detail().first()["properties"]  # type: ignore[index]
+    assert properties["delta.columnMapping.mode"] == "name"
+    rows = [change("c", 10, after={**row(1, "a"), odd.name: "v"})]
+    merge_changes(spark, table, wider, bronze(spark, rows), SilverSettings())
+    assert spark.read.format("delta").load(table).select(odd.name).first() == ("v",)
+
+
+def test_values_past_jacksons_default_string_limit_are_parsed_whole(spark: SparkSession) -> None:
+    """Jackson stops at 20 M chars by default; from_json then gave a row of NULLs."""
+    big = "x" * 21_000_000
+    rows = parsed(bronze(spark, [change("c", 10, after=row(1, big))]), shape()).collect()
+    assert (rows[0]["_values"]["id"], len(rows[0]["_values"]["name"])) == ("1", len(big))

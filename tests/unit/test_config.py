@@ -234,6 +234,22 @@ def test_duplicate_tables_are_rejected(tmp_path: Path) -> None:
     assert message == "pipelines/orders.yaml: source.tables: public.orders is listed twice"
 
 
+def test_tables_that_would_share_bronze_rows_are_rejected(tmp_path: Path) -> None:
+    message = load_error(
+        tmp_path, CONTRACT.replace("public.order_items]", "'\"a.b\".c', 'a.\"b.c\"']")
+    )
+    assert message == (
+        'pipelines/orders.yaml: source.tables: "a.b".c and a."b.c" are both a.b.c in bronze '
+        "(source.table, as Debezium writes it): capture one of them, or rename one in PostgreSQL"
+    )
+
+
+@pytest.mark.parametrize("name", ['".."', '"."', 'public."../../bronze"', '"a/b".c'])
+def test_names_that_are_no_directory_of_the_lake_are_rejected(tmp_path: Path, name: str) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("public.order_items]", f"'{name}']"))
+    assert "cannot be a directory of the lake (silver/<schema>/<table>)" in message
+
+
 def test_environment_file_errors_name_the_environment_file(tmp_path: Path) -> None:
     home = write_home(tmp_path, env="spark:\n  jars: maybe\n")
     with pytest.raises(ConfigError) as e:

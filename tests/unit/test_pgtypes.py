@@ -135,6 +135,25 @@ def test_modes_change_the_silver_type(
     assert silver(column, TypeModes(**modes)) == expected
 
 
+@pytest.mark.parametrize(
+    ("column", "type_oid", "unknown"),
+    [
+        (ColumnType("cube", "b", -1, False), 16500, True),  # an extension's base type
+        (ColumnType("cube", "b", -1, True), 16501, True),  # its array
+        (ColumnType("ltree", "b", -1, False), 16600, False),  # an extension the mapping names
+        (ColumnType("hstore", "b", -1, False), 16700, False),
+        (ColumnType("uuid", "b", -1, False), 16800, False),  # a domain over a built-in type
+        (ColumnType("mood", "e", -1, False), 16900, False),  # enums are text by design
+        (ColumnType("gtsvector", "b", -1, False), 3642, False),  # built in, whatever its name
+    ],
+)
+def test_only_extension_types_the_mapping_does_not_know_are_unknown(
+    column: ColumnType, type_oid: int, unknown: bool
+) -> None:
+    assert cdc_core.pgtypes.is_unknown(column, type_oid) is unknown
+    assert silver(column).name in ("string", "array")
+
+
 def test_an_unknown_mode_value_is_rejected_with_the_allowed_values() -> None:
     with pytest.raises(ValueError, match="decimal: 'exact' is not one of precise, double, string"):
         TypeModes(decimal="exact")  # type: ignore[arg-type]

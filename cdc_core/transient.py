@@ -1,0 +1,131 @@
+"""Which source failures may pass by themselves: psycopg and Spark JDBC errors as `TransientError`.
+
+A lost connection, a server shutdown or restart, a statement cancelled by `statement_timeout`, a
+lock not granted within `lock_timeout`: retrying later is safe and may succeed (exit 75). They
+arrive as psycopg `OperationalError`s, or from Spark's JDBC reads as Py4J errors whose cause
+chain holds the driver's `PSQLException` (its SQLState asked of the JVM, else found in the
+text). Anything else is left alone: a real bug still exits 1. Messages carry the server's
+first line and the SQLState, never a connection string.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+import psycopg
+
+from cdc_core.errors import CdcError, TransientError
+
+# SQLState (or its class, two characters) -> what it means for whoever reads the error line
+_TRANSIENT = {
+    "08": "the connection to PostgreSQL was lost",
+    "57014": "a statement was cancelled by statement_timeout or a cancel request (a lock held "
+    "by another session, or a busy server)",
+    "55P03": "a lock was not granted within lock_timeout (another session holds it)",
+    "57P01": "the server is shutting down, or an administrator ended the session",
+    "57P02": "the server crashed and is restarting",
+    "57P03": "the server is starting up or shutting down",
+    "53300": "the server has no free connection slot",
+    "40001": "a conflict with a concurrent transaction",
+    "40P01": "a deadlock with a concurrent transaction",
+}
+_LOST = _TRANSIENT["08"]
+_RETRY = "safe to retry: the next run resumes where this one stopped"
+
+# the texts PostgreSQL and its JDBC driver give those states, for a Spark error whose cause
+# can no longer be asked for its SQLState (lc_messages other than English: the state is lost)
+_JDBC_TEXTS = (
+    ("57014", "canceling statement due to statement timeout"),
+    ("57014", "canceling statement due to user request"),
+    ("55P03", "canceling statement due to lock timeout"),
+    ("55P03", "could not obtain lock"),
+    ("57P01", "terminating connection due to administrator command"),
+    ("57P02", "terminating connection because of crash of another server process"),
+    ("57P03", "the database system is"),  # starting up, shutting down, in recovery mode
+    ("08001", "Connection to "),  # ... refused. Check that the hostname and port are correct
+    ("08001", "The connection attempt failed"),
+    ("08006", "An I/O error occurred while sending to the backend"),
+    ("08003", "This connection has been closed"),
+)
+_PSQL = re.compile(r"org\.postgresql\.util\.PSQLException: ([^\n]*)")
+_MAX_CAUSES = 32
+
+
+def as_transient(error: BaseException) -> TransientError | None:
+    """`error` as a `TransientError` when it (or what caused it) may pass by itself, else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < _MAX_CAUSES:
+        seen.add(id(current))
+        if isinstance(current, TransientError):
+            return current
+        if isinstance(current, CdcError):
+            return None  # the product already said what it is
+        if isinstance(current, psycopg.Error):
+            return _from_psycopg(current)
+        found = _from_spark(current)
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
+@contextlib.contextmanager
+def transient_failures() -> Iterator[None]:
+    """Re-raise a failure that may pass by itself as `TransientError` (from the original)."""
+    try:
+        yield
+    except CdcError:
+        raise
+    except Exception as e:
+        mapped = as_transient(e)
+        if mapped is None or mapped is e:
+            raise
+        raise mapped from e
+
+
+def _describe(state: str | None, text: str, *, via: str = "") -> TransientError | None:
+    hint = _TRANSIENT.get(state or "") or _TRANSIENT.get((state or "")[:2])
+    if hint is None:
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else "no message"
+    code = f" [SQLSTATE {state}]" if state else ""
+    return TransientError(f"{hint}: {via}{first}{code}; {_RETRY}")
+
+
+def _from_psycopg(error: psycopg.Error) -> TransientError | None:
+    state = error.sqlstate
+    if state is None:  # no server message: the connection itself failed or went away
+        if not isinstance(error, psycopg.OperationalError):
+            return None
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return TransientError(f"{_LOST}: {first}; {_RETRY}")
+    return _describe(state, str(error))
+
+
+def _from_spark(error: BaseException) -> TransientError | None:
+    """A Py4J error (or PySpark's captured form of one) caused by the PostgreSQL JDBC driver."""
+    java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    if java is not None:
+        with contextlib.suppress(Exception):  # the JVM may be gone: the text is enough then
+            for _ in range(_MAX_CAUSES):
+                if java is None:
+                    break
+                if str(java.getClass().getName()).startswith("org.postgresql."):
+                    state = str(java.getSQLState() or "")
+                    return _describe(state, str(java.getMessage() or ""), via="Spark JDBC read: ")
+                java = java.getCause()
+    try:
+        text = str(error)  # PySpark's captured errors ask the JVM for their text
+    except Exception:
+        return None
+    found = _PSQL.search(text)
+    if found is None:
+        return None
+    message = found.group(1)
+    for state, known in _JDBC_TEXTS:
+        if known in message:
+            return _describe(state, message, via="Spark JDBC read: ")
+    return None

@@ -1,0 +1,93 @@
+"""Schema drift the stream does not show (renamed columns, columns added with a value,
+a table dropped and created again) healed by snapshots, and key changes that stop one mirror
+with its remedy while the other tables go on. Drift the stream does show (added, dropped and
+widened columns, an incompatible type) is in test_silver_schema.py."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cdc_core.identifiers import TableName
+from tests.integration.conftest import PgServer
+from tests.integration.harness import Pipeline, make_pipeline, sql
+from tests.integration.mirror import assert_mirror_equals_source
+
+NAMES = ("renamed", "defaulted", "recreated", "unkeyed", "keyed", "steady")
+R, D, X, U, K, S = (TableName("public", n) for n in NAMES)
+
+
+def _mirrors_equal(spark: SparkSession, p: Pipeline, *tables: TableName) -> dict[str, int]:
+    skip = {R: ("a",)}  # the name a column had keeps its old values (a dropped column)
+    return {
+        t.name: assert_mirror_equals_source(spark, p.lake, p.dsn, t, skip=skip.get(t, ()))
+        for t in tables
+    }
+
+
+def test_drift_is_healed_or_stops_only_its_table(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    for t in ("renamed", "defaulted", "recreated", "unkeyed", "steady"):
+        sql(dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, a text, b int)",
+            f"INSERT INTO {t} SELECT g, 'a' || g, g FROM generate_series(1, 50) g")  # fmt: skip
+    sql(dsn, "CREATE TABLE keyed (id int, a text, b int)", "ALTER TABLE keyed REPLICA IDENTITY FULL",
+        "INSERT INTO keyed SELECT g, 'a' || g, g FROM generate_series(1, 50) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, [f"public.{n}" for n in NAMES], snapshot="initial")
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert set(_mirrors_equal(spark, p, *(TableName("public", n) for n in NAMES)).values()) == {50}
+
+    sql(dsn,
+        # values only a snapshot can bring: the stream sends them with each row's next change
+        "ALTER TABLE renamed RENAME COLUMN a TO a2", "UPDATE renamed SET a2 = 'new' WHERE id = 1",
+        "ALTER TABLE defaulted ADD COLUMN flag text NOT NULL DEFAULT 'yes'",
+        "INSERT INTO defaulted VALUES (51, 'a51', 51, 'no')",
+        # the old rows get no deletes; rows before the table is published again are not sent
+        "DROP TABLE recreated", "CREATE TABLE recreated (id int PRIMARY KEY, a text, b int)",
+        "INSERT INTO recreated VALUES (1000, 'new', 1)",
+        # key changes: the mirror's layout (rows by key, or a multiset) cannot follow in place
+        "ALTER TABLE unkeyed DROP CONSTRAINT unkeyed_pkey", "INSERT INTO unkeyed VALUES (51, 'x', 0)",
+        "ALTER TABLE keyed ADD PRIMARY KEY (id)", "UPDATE keyed SET b = -1 WHERE id <= 5",
+        "UPDATE steady SET b = -b WHERE id <= 10", "DELETE FROM steady WHERE id > 45")  # fmt: skip
+    silver_before = {t: _silver_rows(spark, p, t) for t in (U, K)}
+    run = p.ingest()
+    assert run.returncode == 1, run.stderr[-3000:]
+    err = run.stderr
+    assert "table public.renamed: renamed column a -> a2" in err
+    assert "table public.defaulted: added column flag with a value in existing rows" in err
+    assert "table public.recreated was dropped and created again" in err
+    assert "table public.unkeyed lost its primary key (id)" in err
+    assert "ALTER TABLE public.unkeyed ADD PRIMARY KEY (id)" in err
+    assert "table public.keyed has a primary key (id) now" in err
+    assert "cdc snapshot --table public.keyed" in err
+    counts = _mirrors_equal(spark, p, R, D, X, S)  # healed, or never touched
+    assert counts == {"renamed": 50, "defaulted": 51, "recreated": 1, "steady": 45}
+    for t in (U, K):  # stopped, and nothing already landed was damaged
+        assert _silver_rows(spark, p, t) == silver_before[t], t
+
+    # each remedy the error names works; the healed tables stay healed
+    sql(dsn, "ALTER TABLE unkeyed ADD PRIMARY KEY (id)", "UPDATE unkeyed SET a = 'back' WHERE id = 2",
+        "INSERT INTO recreated VALUES (1001, 'newer', 2)", "UPDATE renamed SET b = 0")  # fmt: skip
+    shutil.rmtree(p.lake.silver(K))
+    requested = subprocess.run(
+        [sys.executable, "-m", "cdc_core.cli", "snapshot", "--pipeline", "p", "--table", "public.keyed"],
+        env=p.env(), cwd=p.home, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert requested.returncode == 0, requested.stderr
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "dropped and created again" not in run.stderr  # the reset happens once
+    assert _mirrors_equal(spark, p, *(TableName("public", n) for n in NAMES)) == {
+        "renamed": 50, "defaulted": 51, "recreated": 2, "unkeyed": 51, "keyed": 50, "steady": 45,
+    }  # fmt: skip
+
+
+def _silver_rows(spark: SparkSession, p: Pipeline, t: TableName) -> list[tuple[object, ...]]:
+    df = spark.read.format("delta").load(p.lake.silver(t))
+    return sorted(tuple(r) for r in df.select("id", "a", "b").collect())

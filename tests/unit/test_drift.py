@@ -1,0 +1,79 @@
+"""Schema drift the stream does not carry, found by comparing catalog entries between runs; and
+the schema history, where a shape that comes back is the table's shape again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cdc_core.bronze import record_schema, schema_history
+from cdc_core.drift import CatalogEntry, Drift, drifts
+from cdc_core.events import ColumnDescriptor, RelationDescriptor
+from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
+from cdc_core.pg.pgoutput import ReplicaIdentity
+
+T = TableName("public", "t")
+
+
+def _recorded(entry: CatalogEntry) -> dict[str, object]:
+    return {str(T): entry.to_json()}
+
+
+BEFORE = CatalogEntry(10, {1: "id", 2: "a", 3: "b"})
+
+
+def test_a_table_seen_for_the_first_time_or_unchanged_is_no_drift() -> None:
+    assert drifts({}, {T: BEFORE}) == []
+    assert drifts(_recorded(BEFORE), {T: BEFORE}) == []
+    assert drifts(_recorded(BEFORE), {}) == []  # gone: the doctor names it
+
+
+def test_a_renamed_column_is_found_by_its_attnum() -> None:
+    now = CatalogEntry(10, {1: "id", 2: "a2", 3: "b"})
+    assert drifts(_recorded(BEFORE), {T: now}) == [Drift(T, "renamed column a -> a2")]
+
+
+def test_a_dropped_column_and_a_plain_added_one_are_the_stream_s_to_tell() -> None:
+    now = CatalogEntry(10, {1: "id", 3: "b", 4: "c"})  # a dropped, c added NULL everywhere
+    assert drifts(_recorded(BEFORE), {T: now}) == []
+
+
+def test_a_column_added_with_a_value_in_existing_rows_is_drift() -> None:
+    now = CatalogEntry(10, {1: "id", 2: "a", 3: "b", 4: "c", 5: "d"}, frozenset({"id", "d"}))
+    (found,) = drifts(_recorded(BEFORE), {T: now})
+    assert found.reason.startswith("added column d with a value in existing rows")
+    assert not found.reset
+
+
+def test_a_recreated_table_starts_over() -> None:
+    now = CatalogEntry(11, {1: "id", 2: "a", 3: "b"})
+    assert drifts(_recorded(BEFORE), {T: now}) == [
+        Drift(T, "was dropped and created again (oid 10, now 11)", reset=True)
+    ]
+
+
+def _shape(key: tuple[str, ...], version: int = 0) -> RelationDescriptor:
+    columns = tuple(ColumnDescriptor(n, 23, -1, "integer", n in key, "int4") for n in ("id", "v"))
+    return RelationDescriptor(10, version, "public", "t", ReplicaIdentity.DEFAULT, columns, key)
+
+
+def test_a_shape_that_comes_back_is_the_newest_again(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    keyed, unkeyed = _shape(("id",)), _shape(())
+    for lsn, shape in ((100, keyed), (200, unkeyed), (300, keyed), (400, keyed), (300, keyed)):
+        record_schema(lake, shape, lsn)  # 400 is still the key; 300 again is a replay
+    history = schema_history(lake, "public.t")
+    assert [(lsn, d.primary_key) for lsn, d in history] == [
+        (100, ("id",)),
+        (200, ()),
+        (300, ("id",)),
+    ]
+    record_schema(lake, unkeyed, 150)  # an older file replayed: the shape it had then is new
+    assert [lsn for lsn, _ in schema_history(lake, "public.t")] == [100, 150, 200, 300]
+
+
+def test_within_one_file_the_later_version_is_the_newer_shape(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    record_schema(lake, _shape(("id",), version=0), 100)
+    record_schema(lake, _shape((), version=1), 100)
+    assert schema_history(lake, "public.t")[-1][1].primary_key == ()

@@ -1,0 +1,172 @@
+"""Failures that may pass by themselves become TransientError (exit 75); real bugs stay exit 1.
+
+The Spark side is stood in for by objects shaped like Py4J's: the real ones need a JVM (the
+integration tier meets them, tests/integration/test_server_faults.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+import psycopg
+import pytest
+
+from cdc_core.cli import guarded
+from cdc_core.errors import EXIT_FAILURE, EXIT_TRANSIENT, TerminalError, TransientError
+from cdc_core.transient import as_transient, transient_failures
+
+
+class JavaThrowable:
+    """A Py4J proxy of a Java exception: class name, SQLState (PSQLException only), cause;
+    the methods keep Java's names."""
+
+    def __init__(self, name: str, message: str, state: str | None = None,
+                 cause: JavaThrowable | None = None) -> None:  # fmt: skip
+        self.name, self.message, self.state, self.cause = name, message, state, cause
+
+    def getClass(self) -> JavaThrowable:
+        return self
+
+    def getName(self) -> str:
+        return self.name
+
+    def getMessage(self) -> str:
+        return self.message
+
+    def getCause(self) -> JavaThrowable | None:
+        return self.cause
+
+    def getSQLState(self) -> str | None:
+        if self.state is None:
+            raise RuntimeError("Method getSQLState([]) does not exist")
+        return self.state
+
+
+class Py4JJavaError(Exception):
+    def __init__(self, text: str, java: JavaThrowable | None) -> None:
+        super().__init__(text)
+        self.java_exception = java
+
+
+def _spark_job_failure(message: str, state: str) -> Py4JJavaError:
+    psql = JavaThrowable("org.postgresql.util.PSQLException", message, state)
+    job = JavaThrowable("org.apache.spark.SparkException", "Job aborted due to stage failure", None, psql)  # fmt: skip
+    text = (
+        "An error occurred while calling o57.save.\n: org.apache.spark.SparkException: Job "
+        "aborted due to stage failure: Task 0 in stage 0.0 failed 1 times, most recent failure: "
+        f"Lost task 0.0 (TID 0) (executor driver): org.postgresql.util.PSQLException: {message}\n"
+        "\tat org.postgresql.core.v3.QueryExecutorImpl.receiveErrorResponse(QueryExecutorImpl.java:2733)"
+    )
+    return Py4JJavaError(text, job)
+
+
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
+         "a statement was cancelled by statement_timeout"),
+        (psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
+         "not granted within lock_timeout"),
+        (psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+         "the server is shutting down"),
+        (psycopg.errors.CannotConnectNow("the database system is starting up"),
+         "the server is starting up"),
+        (psycopg.OperationalError("consuming input failed: server closed the connection"),
+         "the connection to PostgreSQL was lost"),
+    ],
+)  # fmt: skip
+def test_a_psycopg_failure_that_may_pass_is_transient(error: psycopg.Error, says: str) -> None:
+    mapped = as_transient(error)
+    assert isinstance(mapped, TransientError)
+    assert says in str(mapped)
+    assert str(error) in str(mapped)
+    assert "the next run resumes where this one stopped" in str(mapped)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        psycopg.errors.UndefinedTable('relation "t" does not exist'),
+        psycopg.errors.ObjectNotInPrerequisiteState(
+            "logical decoding requires wal_level >= logical"
+        ),
+        psycopg.errors.DiskFull("could not extend file"),
+        psycopg.ProgrammingError("the query has 1 placeholder but 2 parameters were passed"),
+        ValueError("a bug"),
+        KeyError("state"),
+    ],
+)
+def test_a_failure_retrying_will_not_fix_is_left_alone(error: Exception) -> None:
+    assert as_transient(error) is None
+
+
+def test_a_spark_jdbc_read_cancelled_by_statement_timeout_is_transient_by_its_sqlstate() -> None:
+    mapped = as_transient(_spark_job_failure("ERROR: canceling statement due to statement timeout", "57014"))  # fmt: skip
+    assert str(mapped) == (
+        "a statement was cancelled by statement_timeout or a cancel request (a lock held by "
+        "another session, or a busy server): Spark JDBC read: ERROR: canceling statement due to "
+        "statement timeout [SQLSTATE 57014]; safe to retry: the next run resumes where this one "
+        "stopped"
+    )
+
+
+def test_a_spark_jdbc_connection_refused_is_transient() -> None:
+    message = "Connection to 127.0.0.1:5432 refused. Check that the hostname and port are correct"
+    mapped = as_transient(_spark_job_failure(message, "08001"))
+    assert mapped is not None
+    assert "the connection to PostgreSQL was lost: Spark JDBC read: Connection to" in str(mapped)
+    assert "[SQLSTATE 08001]" in str(mapped)
+
+
+def test_without_the_jvm_the_sqlstate_is_found_from_the_driver_text() -> None:
+    error = _spark_job_failure("FATAL: terminating connection due to administrator command", "57P01")  # fmt: skip
+    error.java_exception = None  # the JVM is gone: only the text is left
+    mapped = as_transient(error)
+    assert mapped is not None
+    assert "the server is shutting down" in str(mapped)
+    assert "[SQLSTATE 57P01]" in str(mapped)
+    assert "QueryExecutorImpl" not in str(mapped)  # the driver's line, not its stack
+
+
+def test_a_spark_jdbc_error_retrying_will_not_fix_is_left_alone() -> None:
+    error = _spark_job_failure('ERROR: relation "t" does not exist', "42P01")
+    assert as_transient(error) is None
+    error.java_exception = None
+    assert as_transient(error) is None
+
+
+def test_a_spark_failure_with_no_postgresql_cause_is_left_alone() -> None:
+    job = JavaThrowable("org.apache.spark.SparkException", "Task failed while writing rows")
+    assert as_transient(Py4JJavaError("An error occurred while calling o1.save.", job)) is None
+
+
+def test_a_wrapped_cause_is_found_and_a_product_error_keeps_its_verdict() -> None:
+    wrapped = RuntimeError("reading the key bounds failed")
+    wrapped.__cause__ = psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+    assert isinstance(as_transient(wrapped), TransientError)
+    terminal = TerminalError("slot is lost")
+    terminal.__cause__ = psycopg.OperationalError("server closed the connection")
+    assert as_transient(terminal) is None
+
+
+def test_transient_failures_re_raises_as_transient_from_the_original() -> None:
+    original = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+    with pytest.raises(TransientError) as raised, transient_failures():
+        raise original
+    assert raised.value.__cause__ is original
+    with pytest.raises(ValueError, match="a bug stays a bug"), transient_failures():
+        raise ValueError("a bug stays a bug")
+
+
+def test_guarded_exits_75_for_a_timeout_and_1_for_a_bug(capsys: pytest.CaptureFixture[str]) -> None:
+    def timed_out(_: argparse.Namespace) -> int:
+        raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+
+    def buggy(_: argparse.Namespace) -> int:
+        raise ValueError("a bug")
+
+    assert guarded(timed_out, argparse.Namespace()) == EXIT_TRANSIENT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("error: a statement was cancelled by statement_timeout")
+    assert guarded(buggy, argparse.Namespace()) == EXIT_FAILURE
+    assert "error: unexpected ValueError: a bug" in capsys.readouterr().err
