@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: bootstrap demo test lint typecheck unit spark integration crash clean
+.PHONY: bootstrap demo test lint typecheck unit spark integration crash slow clean
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -27,6 +27,10 @@ unit spark integration: bootstrap
 # the crash-anywhere suite: too long for the 90-minute CI budget, so not part of `make test`
 crash: bootstrap
 	$(BIN)/pytest -m crash -s tests/integration/test_crash.py
+
+# long cases kept out of `make test` for the same budget
+slow: bootstrap
+	$(BIN)/pytest -m slow tests/integration
 
 clean:
 	rm -rf lake .pytest_cache .mypy_cache .ruff_cache

@@ -96,6 +96,7 @@ def test_a_workload_is_staged_exactly_once_in_commit_order(shop: Pipeline) -> No
     assert "captured 0 transactions, 0 changes in 0 staged files" in again.stdout
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(shop: Pipeline) -> None:
     # small files and chunks: kills land while reading, writing row groups, renaming, confirming
     (shop.home / "pipelines" / "p.yaml").write_text(

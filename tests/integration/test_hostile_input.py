@@ -272,6 +272,7 @@ def _digests(path: str, env: dict[str, str]) -> list[list[object]]:
     return json.loads(run.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow
 def test_rows_of_100_mb_are_mirrored_exactly(
     pg: PgServer, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
