@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -66,12 +67,19 @@ def pg() -> Iterator[PgServer]:
     if external:
         yield PgServer(external)
         return
+    with own_server("it", "the integration tier") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def own_server(name: str, purpose: str) -> Iterator[PgServer]:
+    """A throwaway cluster where the product role has its password; unavailable without one."""
     try:
-        with throwaway_cluster("it") as cluster:
+        with throwaway_cluster(name) as cluster:
             privileges.require_password(cluster)
             yield PgServer(cluster.dsn(), cluster)
     except SetupError as e:
-        unavailable(f"no PostgreSQL for the integration tier: {e}")
+        unavailable(f"no PostgreSQL for {purpose}: {e}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,13 +22,10 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from pyspark.sql import SparkSession
 
-from cdc_core.errors import SetupError
 from cdc_core.identifiers import TableName
-from cdc_core.pg.local import throwaway_cluster
 from cdc_core.stager import staged_files
-from tests.conftest import unavailable
 from tests.integration import privileges
-from tests.integration.conftest import PgServer
+from tests.integration.conftest import PgServer, own_server
 from tests.integration.ground_truth import comparable, create_truth_slot, read_truth, staged_changes
 from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -41,12 +38,8 @@ ROLE = privileges.PRODUCT_ROLE
 @pytest.fixture(scope="module")
 def server() -> Iterator[PgServer]:
     """A server of this file's own: one case stops it, another sets a timeout on a role."""
-    try:
-        with throwaway_cluster("faults") as cluster:
-            privileges.require_password(cluster)
-            yield PgServer(cluster.dsn(), cluster)
-    except SetupError as e:
-        unavailable(f"no PostgreSQL for the server-fault tests: {e}")
+    with own_server("faults", "the server-fault tests") as server:
+        yield server
 
 
 @pytest.fixture
