@@ -22,6 +22,7 @@ from cdc_core.lsn import Lsn
 from cdc_core.pgtypes import TypeModes
 from cdc_core.silver import CaughtUp, SilverSettings, TableResult, apply_silver, sweep
 from cdc_core.snapshot import SnapshotJob
+from cdc_core.spark import Spark, session_of
 from cdc_core.state import read_json, stream_file
 
 log = logging.getLogger("cdc_core.apply")
@@ -38,11 +39,12 @@ def silver_settings(config: Config) -> SilverSettings:
     return SilverSettings(
         modes, s.soft_delete, catalog.register, catalog.database,
         s.column_propagate_source_type.patterns, s.datatype_propagate_source_type.patterns,
+        s.max_threads,
     )  # fmt: skip
 
 
 def apply_staged(
-    spark: SparkSession, lake: Lake, config: Config, *, streaming: bool = True,
+    spark: Spark, lake: Lake, config: Config, *, streaming: bool = True,
     caught: CaughtUp | None = None,
 ) -> tuple[BronzeSummary, list[TableResult], int | None]:  # fmt: skip
     """Append every staged file not yet in bronze, then merge every table's pending rows.
@@ -50,13 +52,19 @@ def apply_staged(
     Returns the stream frontier too: bronze holds every change committed before it, so silver
     takes snapshot reads up to it (a read's place in the stream must not be passed before the
     changes committed around it are in). None: the pipeline does not stream, nothing to wait for.
-    `caught`: what this process knows of the mirrors (`CaughtUp`), for batches without snapshots.
+    `caught`: what is known of the mirrors (`CaughtUp`), for batches without snapshots.
+    `spark` may be a session still starting: a batch with nothing to apply never waits for it.
     """
     recorded = read_json(stream_file(lake)) if streaming else None  # before listing files
     source = config.pipeline.source
     options = BronzeOptions(source.provide_transaction_metadata,
                             source.unavailable_value_placeholder)  # fmt: skip
-    bronze = append_staged(spark, lake, pending_files(spark, lake), options=options)
+    files = pending_files(spark, lake)
+    bronze = (
+        append_staged(session_of(spark), lake, files, options=options)
+        if files
+        else BronzeSummary(0, 0, None)
+    )
     frontier = None
     if streaming:
         frontier = applied_end(spark, lake).value

@@ -29,6 +29,7 @@ from cdc_core.lake import Lake
 from cdc_core.lake_state import committing, read_watermark
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.silver_table import quoted, sql_name
+from cdc_core.spark import Spark
 from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_files
 from cdc_core.state import write_text
 
@@ -96,13 +97,13 @@ def ensure_bronze(spark: SparkSession, lake: Lake) -> None:
     )
 
 
-def applied_end(spark: SparkSession, lake: Lake) -> Lsn:
+def applied_end(spark: Spark, lake: Lake) -> Lsn:
     """End LSN of the last staged file in bronze."""
     mark = read_watermark(spark, lake.bronze, WATERMARK)
     return Lsn.parse(str(mark[WATERMARK])) if mark else ZERO
 
 
-def pending_files(spark: SparkSession, lake: Lake) -> list[StagedFile]:
+def pending_files(spark: Spark, lake: Lake) -> list[StagedFile]:
     end = applied_end(spark, lake)
     return [f for f in staged_files(lake.changes) if f.end > end]
 

@@ -16,6 +16,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core import delta_log
+from cdc_core.spark import Spark, session_of
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -23,11 +24,16 @@ TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 HISTORY_DEPTH = 200  # commits searched for the newest watermark (maintenance adds a few)
 
 
-def read_watermark(spark: SparkSession, path: str, key: str) -> dict[str, object] | None:
-    """The newest commit metadata of table `path` that records `key`, or None."""
-    if not DeltaTable.isDeltaTable(spark, path):
+def read_watermark(spark: Spark, path: str, key: str) -> dict[str, object] | None:
+    """The newest commit metadata of table `path` that records `key`, or None. A local table
+    needs no Spark session (`spark` may be one still starting)."""
+    local = local_path(path)
+    if local is not None:
+        found = delta_log.newest_record(local, key, HISTORY_DEPTH)
+        return found[1] if found else None
+    if not DeltaTable.isDeltaTable(session_of(spark), path):
         return None
-    found = _newest_record(spark, path, key)
+    found = _newest_record(session_of(spark), path, key)
     return found[1] if found else None
 
 
@@ -81,13 +87,14 @@ def committing(
             spark.conf.unset(key)
 
 
-def table_version(spark: SparkSession, path: str) -> int:
-    """The newest commit version of the table at `path`, -1 when there is none."""
+def table_version(spark: Spark, path: str) -> int:
+    """The newest commit version of the table at `path`, -1 when there is none (a local
+    table's without a Spark session)."""
     local = local_path(path)
     if local is not None:
         version = delta_log.newest_version(local)
         return -1 if version is None else version
-    row = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    row = DeltaTable.forPath(session_of(spark), path).history(1).select("version").first()
     return int(row[0]) if row else -1
 
 

@@ -181,6 +181,24 @@ def metrics_table(lake: Lake) -> str:
     return f"{lake.root}/_state/metrics"
 
 
+def metrics_table_age(lake: Lake) -> float | None:
+    """Seconds since the metrics table's newest commit; None when it has none or is not on a
+    local file system (then an append is always due)."""
+    import time
+
+    from cdc_core import delta_log
+    from cdc_core.lake_state import local_path
+
+    local = local_path(metrics_table(lake))
+    version = delta_log.newest_version(local) if local is not None else None
+    if local is None or version is None:
+        return None
+    try:
+        return time.time() - (local / "_delta_log" / f"{version:020d}.json").stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
 def flush_metrics_table(spark: SparkSession, lake: Lake) -> int:
     """Append to the Delta table `_state/metrics` (SQL over the history) the batch lines it
     does not hold yet, in one commit; returns how many. The JSON lines are written first and

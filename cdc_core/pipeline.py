@@ -34,6 +34,7 @@ from cdc_core.metrics import (
     freshness,
     iso,
     last_batch,
+    metrics_table_age,
     now_us,
     record_batch,
     write_prometheus,
@@ -185,7 +186,7 @@ def _continuous(
     from cdc_core.spark import session_of
 
     previous = {s: signal.signal(s, stopping) for s in (signal.SIGTERM, signal.SIGINT)}
-    mirrors = CaughtUp()
+    mirrors = CaughtUp.load(lake)
     last: RunSummary | None = None
     failures = 0
     try:
@@ -234,8 +235,9 @@ def batch(
     mirrors: CaughtUp | None = None,
 ) -> RunSummary:  # fmt: skip
     """One batch: decide, finish pending work, read snapshots, capture, bronze, silver; records
-    the batch's line in `_state/batches.jsonl`. `mirrors`: what earlier batches of this process
-    know of the mirrors (lets silver skip tables nothing new came for). `spark` may still be
+    the batch's line in `_state/batches.jsonl`. `mirrors`: what earlier batches know of the
+    mirrors (lets silver skip tables nothing new came for; read from the lake when None,
+    `CaughtUp.load`). `spark` may still be
     starting: a batch with no snapshot work reads the slot before it waits for it."""
     from cdc_core.apply import apply_staged, finish_snapshots
     from cdc_core.bronze import BronzeSummary
@@ -248,7 +250,7 @@ def batch(
     streaming = begun.decision.stream
     # what an earlier run left goes in before snapshot reads; without reads, one pass does all
     pending = (
-        apply_staged(session_of(spark), lake, config, streaming=streaming)
+        apply_staged(spark, lake, config, streaming=streaming)
         if begun.jobs
         else (BronzeSummary(0, 0, None), [], None)
     )
@@ -269,15 +271,22 @@ def batch(
         heartbeat(config, lake)
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
-    if mirrors is not None and (begun.jobs or begun.reset):
+    if mirrors is None:
+        from cdc_core.silver import CaughtUp
+
+        mirrors = CaughtUp.load(lake)
+    if begun.jobs or begun.reset:
         mirrors.versions.clear()  # snapshot reads may wait behind the frontier: check them all
+        mirrors.save(lake)
     known = None if begun.jobs or begun.reset else mirrors  # a reset is in no table's files
-    applied = apply_staged(session_of(spark), lake, config, streaming=streaming, caught=known)
+    applied = apply_staged(spark, lake, config, streaming=streaming, caught=known)
+    if known is not None:
+        known.save(lake)
     visible_us = now_us()
     merged = _merge_results(pending[1], applied[1])
     finished = finish_snapshots(
         session_of(spark), lake, config, begun.jobs, results=merged, frontier=applied[2]
-    )
+    ) if begun.jobs else []  # fmt: skip
     bronze = BronzeSummary(
         pending[0].files + applied[0].files, pending[0].changes + applied[0].changes, applied[0].end
     )
@@ -288,14 +297,23 @@ def batch(
     record = _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs),
                      retained_wal=retained_wal)  # fmt: skip
     write_prometheus(lake, record)
-    interval = config.pipeline.capture.metrics_table_interval_s
-    if totals.table_flushed is None or time.monotonic() - totals.table_flushed >= interval:
+    if _metrics_table_due(lake, totals, config.pipeline.capture.metrics_table_interval_s):
         flush_metrics_table(session_of(spark), lake)
         totals.table_flushed = time.monotonic()
     errors = [t.error for t in merged if t.error]
     if errors:
         raise TerminalError("; ".join(errors))
     return summary
+
+
+def _metrics_table_due(lake: Lake, totals: Totals, interval: float) -> bool:
+    """Whether this batch appends to the Delta metrics table: every `interval` seconds, across
+    runs too (a run's first batch goes by the table's last commit). The JSON lines are the
+    record; the table catches up from them at the next append."""
+    if totals.table_flushed is not None:
+        return time.monotonic() - totals.table_flushed >= interval
+    age = metrics_table_age(lake)
+    return age is None or age >= interval
 
 
 def _check_retained_wal(config: Config) -> int | None:

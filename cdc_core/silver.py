@@ -31,6 +31,8 @@ from cdc_core.reader import RESET_PREFIX
 from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
 from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
 from cdc_core.silver_table import ensure_silver, register, sql_name
+from cdc_core.spark import Spark, each_in_session, session_of
+from cdc_core.state import caught_up_file, read_json, write_json
 
 WATERMARK = "silver_applied"
 MERGE_APP = "cdc-silver"
@@ -48,6 +50,7 @@ class SilverSettings:
     database: str = "cdc"
     propagate_columns: tuple[str, ...] = ()  # anchored regexes over schema.table.column
     propagate_types: tuple[str, ...] = ()  # anchored regexes over schema.table.<type name>
+    threads: int = 1  # mirrors merged at once
 
     def propagates(self, table: str, column: SilverColumn) -> bool:
         """Whether the column's silver field metadata carries its source type."""
@@ -69,14 +72,29 @@ class TableResult:
 
 @dataclass
 class CaughtUp:
-    """What one process knows between its batches: per mirror, the bronze and silver versions
-    at which the mirror held every bronze row of its table. A later batch skips a table when
-    the mirror is still at that version and no bronze commit since wrote the table's partition
-    (read from the log: milliseconds, where finding the table's pending rows is a Spark job).
-    Only for batches without snapshot work: reads held back behind the stream frontier are
-    pending rows that no new bronze commit announces."""
+    """Per mirror, the bronze and silver versions at which the mirror held every bronze row of
+    its table. A later batch skips a table when the mirror is still at that version and no
+    bronze commit since wrote the table's partition (read from the log: milliseconds, where
+    finding the table's pending rows is a Spark job). Only for batches without snapshot work:
+    reads held back behind the stream frontier are pending rows that no new bronze commit
+    announces. Kept in `_state/silver_caught.json` between runs, so a scheduled `--once` run
+    skips what nothing came for as `--continuous` batches do; an entry that no longer matches
+    (a run died between the MERGE and the save, the mirror was rewritten) only costs the skip."""
 
     versions: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, lake: Lake) -> CaughtUp:
+        data = read_json(caught_up_file(lake))
+        if not isinstance(data, dict):
+            return cls()
+        return cls({
+            str(t): (int(v[0]), int(v[1])) for t, v in data.items()
+            if isinstance(v, list) and len(v) == 2
+        })  # fmt: skip
+
+    def save(self, lake: Lake) -> None:
+        write_json(caught_up_file(lake), {t: list(v) for t, v in sorted(self.versions.items())})
 
     def untouched(self, lake: Lake, table: TableName, bronze: int, silver: int) -> bool:
         known = self.versions.get(table.qualified)
@@ -88,33 +106,44 @@ class CaughtUp:
 
 
 def apply_silver(
-    spark: SparkSession, lake: Lake, tables: list[TableName], settings: SilverSettings,
+    spark: Spark, lake: Lake, tables: list[TableName], settings: SilverSettings,
     *, frontier: int | None = None, caught: CaughtUp | None = None,
 ) -> list[TableResult]:  # fmt: skip
     """Apply every table's pending bronze rows; a table that cannot follow its source stops
     alone (its error is in the result) while the others go on. Snapshot reads placed after
     `frontier` (the stream has not reached them yet) wait. With `caught`, tables that bronze
-    got nothing new for since the last batch are skipped."""
-    results = []
+    got nothing new for since the last batch are skipped (without a Spark session, for a local
+    lake: `spark` may be one still starting)."""
+    results: dict[str, TableResult] = {}
+    todo = []
     bronze = table_version(spark, lake.bronze) if caught is not None else -1
     for table in tables:
         silver = table_version(spark, lake.silver(table)) if caught is not None else -1
         if caught is not None and caught.untouched(lake, table, bronze, silver):
-            results.append(TableResult(table.qualified, 0))
-            continue
+            caught.versions[table.qualified] = (bronze, silver)  # keeps the log read short
+            results[table.qualified] = TableResult(table.qualified, 0)
+        else:
+            todo.append(table)
+
+    def one(session: SparkSession, table: TableName) -> TableResult:
         faults.point("silver.before_merge")
         try:
-            result = apply_table(spark, lake, table, settings, frontier=frontier)
+            result = apply_table(session, lake, table, settings, frontier=frontier)
         except SchemaChangeError as e:
             result = TableResult(table.qualified, 0, str(e))
         faults.point("silver.after_merge")
-        results.append(result)
-        if caught is not None:
-            caught.versions.pop(table.qualified, None)
-            if result.error is None:
-                after = table_version(spark, lake.silver(table))
-                caught.versions[table.qualified] = (bronze, after)
-    return results
+        return result
+
+    if todo:
+        for table, result in zip(todo, each_in_session(session_of(spark), one, todo,
+                                                       settings.threads), strict=True):  # fmt: skip
+            results[table.qualified] = result
+            if caught is not None:
+                caught.versions.pop(table.qualified, None)
+                if result.error is None:
+                    after = table_version(spark, lake.silver(table))
+                    caught.versions[table.qualified] = (bronze, after)
+    return [results[t.qualified] for t in tables]
 
 
 def apply_table(

@@ -13,7 +13,9 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TypeVar
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -21,6 +23,9 @@ from pyspark.sql import SparkSession
 from cdc_core.config import SparkSettings
 from cdc_core.errors import SetupError
 from cdc_core.jars import default_coordinates, resolve
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -82,6 +87,34 @@ Spark = SparkSession | Callable[[], SparkSession]  # a session, or one that is s
 
 def session_of(spark: Spark) -> SparkSession:
     return spark() if callable(spark) else spark
+
+
+def each_in_session(
+    spark: SparkSession, work: Callable[[SparkSession, T], R], items: Sequence[T], threads: int
+) -> list[R]:
+    """`work(session, item)` for every item, in order, up to `threads` at a time. Each thread
+    has a session of its own (`newSession`: the same SparkContext, its own SQL settings, so
+    per-commit settings such as Delta's userMetadata stay with their thread). Every item runs
+    even when one fails; the first failure is raised after."""
+    if threads <= 1 or len(items) <= 1:
+        return [work(spark, item) for item in items]
+    local = threading.local()
+
+    def run(item: T) -> R:
+        session = getattr(local, "session", None)
+        if session is None:
+            session = local.session = spark.newSession()
+            for key, value in _RUNTIME.items():
+                session.conf.set(key, value)
+            jvm = session.sparkContext._jvm
+            assert jvm is not None
+            jvm.SparkSession.setActiveSession(session._jsparkSession)
+        return work(session, item)
+
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="silver") as pool:
+        futures = [pool.submit(run, item) for item in items]
+        wait(futures)
+    return [f.result() for f in futures]
 
 
 def _launched_by_spark_submit() -> bool:

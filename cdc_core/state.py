@@ -61,6 +61,11 @@ def catalog_file(lake: Lake) -> Path:
     return lake.state / "catalog.json"
 
 
+def caught_up_file(lake: Lake) -> Path:
+    """Per mirror, the bronze and silver versions it was caught up at (`silver.CaughtUp`)."""
+    return lake.state / "silver_caught.json"
+
+
 def signals_file(lake: Lake) -> Path:
     return lake.state / "signals.json"
 

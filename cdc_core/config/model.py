@@ -623,9 +623,10 @@ class CaptureConfig:
 
     metrics_table_interval_s: float = field(
         default=60.0,
-        metadata=meta("--continuous: how often the batch lines are appended to the Delta "
-                      "metrics table _state/metrics (seconds; 0: every batch); the JSON lines "
-                      "and the Prometheus textfile are written every batch"),
+        metadata=meta("how often the batch lines are appended to the Delta metrics table "
+                      "_state/metrics (seconds; 0: every batch), across --once runs too (by "
+                      "the table's last commit) and at the end of --continuous; the JSON "
+                      "lines and the Prometheus textfile are written every batch"),
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -647,6 +648,12 @@ class SilverConfig:
         default=False,
         metadata=meta("keep deleted rows, marked _cdc_deleted = true, instead of deleting them"),
     )
+    max_threads: int = field(
+        default=1,
+        metadata=meta("how many mirrors a batch merges at once, each in a Spark session of its "
+                      "own (one's planning and commit overlap another's tasks: for machines "
+                      "with cores to spare; on 2 cores it gained nothing measurable)"),
+    )  # fmt: skip
     decimal_handling_mode: Literal["precise", "double", "string"] = field(
         default="precise",
         metadata=meta(
@@ -698,6 +705,10 @@ class SilverConfig:
                       key="datatype.propagate.source.type",
                       debezium="datatype.propagate.source.type"),
     )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.max_threads < 1:
+            raise FieldError("max_threads", f"{self.max_threads} must be at least 1")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from cdc_core.errors import SetupError
 from cdc_core.pg.local import LocalPostgres, throwaway_cluster
 from tests.conftest import unavailable
-from tests.integration import privileges
+from tests.integration import jvm_archive, privileges
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,20 @@ def product_password() -> Iterator[None]:
     """The product role's password in the environment, where pipeline files take it from."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(privileges.PASSWORD_VAR, privileges.PASSWORD)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def class_archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The JVMs of the tier's children map Spark's classes from one archive (`jvm_archive`),
+    unless the caller set `SPARK_SUBMIT_OPTS` itself."""
+    if "SPARK_SUBMIT_OPTS" in os.environ:
+        yield
+        return
+    archive = jvm_archive.build(tmp_path_factory.mktemp("jvm"))
+    with pytest.MonkeyPatch.context() as patch:
+        if archive is not None:
+            patch.setenv("SPARK_SUBMIT_OPTS", jvm_archive.options(archive))
         yield
 
 

@@ -143,3 +143,12 @@ def test_batches_skip_the_mirrors_nothing_new_came_for(
         assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", name)) == 19 + (
             name == "b"
         )
+    # a new run (a scheduled --once) knows the same from _state/silver_caught.json
+    merged.clear()
+    batch(spark, config, p.lake, Totals())
+    assert merged == []
+    sql(dsn, "UPDATE b SET v = 'later' WHERE id = 5")
+    merged.clear()
+    batch(spark, config, p.lake, Totals())
+    assert merged == ["b"]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "b")) == 20

@@ -6,6 +6,7 @@ import datetime as dt
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -68,3 +69,36 @@ def test_the_jars_come_from_the_projects_own_cache(spark: SparkSession) -> None:
 
 def test_sessions_run_in_utc(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+
+
+def test_each_in_session_keeps_commit_settings_per_thread_and_runs_every_item(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    import json
+    import threading
+
+    from cdc_core.lake_state import committing, read_watermark
+    from cdc_core.spark import each_in_session
+
+    barrier = threading.Barrier(3, timeout=120)  # all three commit settings set at once
+
+    def write(session: SparkSession, n: int) -> int:
+        path = str(tmp_path / f"t{n}")
+        with committing(session, {"mark": n}, app_id="each", version=n):
+            barrier.wait()
+            session.range(n + 1).write.format("delta").save(path)
+        if n == 1:
+            raise ValueError("item 1 fails")
+        return n
+
+    with pytest.raises(ValueError, match="item 1 fails"):
+        each_in_session(spark, write, [0, 1, 2], threads=3)
+    for n in (0, 1, 2):  # every item ran, each commit with its own thread's metadata
+        assert read_watermark(spark, str(tmp_path / f"t{n}"), "mark") == {"mark": n}
+        assert spark.read.format("delta").load(str(tmp_path / f"t{n}")).count() == n + 1
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert json.loads(json.dumps(each_in_session(spark, lambda s, n: n * 2, [1, 2, 3], 2))) == [
+        2,
+        4,
+        6,
+    ]

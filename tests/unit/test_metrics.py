@@ -71,3 +71,27 @@ def test_prometheus_text_names_and_labels() -> None:
     assert 'quantile="1"' not in text  # unknown values are left out, not written as 0
     assert 'cdc_last_batch_timestamp_seconds{pipeline="or\\"ders"} 1795291200.0' in text
     assert text.endswith("\n")
+
+
+def test_the_metrics_table_is_appended_to_once_per_interval_across_runs(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from cdc_core.metrics import Totals
+    from cdc_core.pipeline import _metrics_table_due
+
+    lake = Lake(str(tmp_path / "lake"))
+    assert _metrics_table_due(lake, Totals(), 60)  # no table yet
+    log = Path(metrics.metrics_table(lake)) / "_delta_log"
+    log.mkdir(parents=True)
+    commit = log / f"{0:020d}.json"
+    commit.write_text("{}\n")
+    assert not _metrics_table_due(lake, Totals(), 60)  # a run a moment ago appended
+    assert _metrics_table_due(lake, Totals(), 0)  # 0: every batch
+    old = time.time() - 120
+    os.utime(commit, (old, old))
+    assert _metrics_table_due(lake, Totals(), 60)
+    (log / f"{1:020d}.json").write_text("{}\n")  # the newest commit is what counts
+    assert not _metrics_table_due(lake, Totals(), 60)
+    assert _metrics_table_due(lake, Totals(table_flushed=time.monotonic() - 61), 60)
+    assert not _metrics_table_due(lake, Totals(table_flushed=time.monotonic()), 60)
