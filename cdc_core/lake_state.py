@@ -27,13 +27,9 @@ HISTORY_DEPTH = 200  # commits searched for the newest watermark (maintenance ad
 def read_watermark(spark: Spark, path: str, key: str) -> dict[str, object] | None:
     """The newest commit metadata of table `path` that records `key`, or None. A local table
     needs no Spark session (`spark` may be one still starting)."""
-    local = local_path(path)
-    if local is not None:
-        found = delta_log.newest_record(local, key, HISTORY_DEPTH)
-        return found[1] if found else None
-    if not DeltaTable.isDeltaTable(session_of(spark), path):
+    if local_path(path) is None and not DeltaTable.isDeltaTable(session_of(spark), path):
         return None
-    found = _newest_record(session_of(spark), path, key)
+    found = _newest_record(spark, path, key)
     return found[1] if found else None
 
 
@@ -44,16 +40,16 @@ def watermark_depth(spark: SparkSession, path: str, key: str) -> int | None:
     return found[0] if found else None
 
 
-def _newest_record(
-    spark: SparkSession, path: str, key: str
-) -> tuple[int, dict[str, object]] | None:
+def _newest_record(spark: Spark, path: str, key: str) -> tuple[int, dict[str, object]] | None:
     """(commits after it, metadata) of the newest commit whose metadata records `key`. A local
     table's log is read directly (milliseconds, where Delta's history costs a Spark job)."""
     local = local_path(path)
     if local is not None:
         return delta_log.newest_record(local, key, HISTORY_DEPTH)
     history = (
-        DeltaTable.forPath(spark, path).history(HISTORY_DEPTH).select("version", "userMetadata")
+        DeltaTable.forPath(session_of(spark), path)
+        .history(HISTORY_DEPTH)
+        .select("version", "userMetadata")
     )
     rows = history.orderBy("version", ascending=False).collect()
     for depth, row in enumerate(rows):
