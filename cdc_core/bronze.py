@@ -31,7 +31,7 @@ from cdc_core.lsn import ZERO, Lsn
 from cdc_core.silver_table import quoted, sql_name
 from cdc_core.spark import Spark
 from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_files
-from cdc_core.state import write_text
+from cdc_core.state import schema_history, schemas_dir, write_text
 
 CAPTURE_APP = "cdc-capture"  # txnAppId of appends from staged files
 WATERMARK = "bronze_staged_end"
@@ -261,7 +261,7 @@ def record_schemas(lake: Lake, contexts: Iterable[StagedContext]) -> None:
 def record_schema(lake: Lake, descriptor: RelationDescriptor, first_lsn: int) -> None:
     """Record a table's shape as seen from `first_lsn` on, unless the table already had that
     shape then. A shape can come back (a key dropped and added again): it is recorded again."""
-    folder = lake.state / "schemas"
+    folder = schemas_dir(lake)
     folder.mkdir(parents=True, exist_ok=True)
     table = f"{descriptor.schema}.{descriptor.table}"
     shape = fingerprint(descriptor)
@@ -275,14 +275,3 @@ def record_schema(lake: Lake, descriptor: RelationDescriptor, first_lsn: int) ->
         "descriptor": descriptor.to_json(),
     }
     write_text(path, json.dumps(entry, sort_keys=True))
-
-
-def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor]]:
-    """(first LSN seen, descriptor) of every shape table `schema.table` has had, oldest first."""
-    folder = lake.state / "schemas"
-    out = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        entry = json.loads(path.read_text())
-        if entry["table"] == table:
-            out.append((int(entry["first_lsn"]), RelationDescriptor.from_json(entry["descriptor"])))
-    return sorted(out, key=lambda e: (e[0], e[1].version))  # a file's later shapes: later versions

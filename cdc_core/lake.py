@@ -43,3 +43,11 @@ class Lake:
 
     def silver(self, table: TableName) -> str:
         return f"{self.root}/silver/{table.schema}/{table.name}"
+
+
+def local_path(path: str) -> Path | None:
+    """`path` as a local directory, or None for a URI with a scheme (s3a://, abfss://, ...)."""
+    scheme, sep, rest = path.partition("://")
+    if not sep:
+        return Path(path)
+    return Path(rest) if scheme == "file" else None

@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core import delta_log
+from cdc_core.lake import local_path
 from cdc_core.spark import Spark, session_of
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -92,11 +92,3 @@ def table_version(spark: Spark, path: str) -> int:
         return -1 if version is None else version
     row = DeltaTable.forPath(session_of(spark), path).history(1).select("version").first()
     return int(row[0]) if row else -1
-
-
-def local_path(path: str) -> Path | None:
-    """`path` as a local directory, or None for a URI with a scheme (s3a://, abfss://, ...)."""
-    scheme, sep, rest = path.partition("://")
-    if not sep:
-        return Path(path)
-    return Path(rest) if scheme == "file" else None

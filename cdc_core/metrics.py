@@ -187,7 +187,7 @@ def metrics_table_age(lake: Lake) -> float | None:
     import time
 
     from cdc_core import delta_log
-    from cdc_core.lake_state import local_path
+    from cdc_core.lake import local_path
 
     local = local_path(metrics_table(lake))
     version = delta_log.newest_version(local) if local is not None else None

@@ -20,21 +20,22 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core import delta_log, faults
-from cdc_core.bronze import schema_history
 from cdc_core.envelope import MESSAGES_TABLE
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
-from cdc_core.lake import Lake
-from cdc_core.lake_state import committing, local_path, read_watermark, table_version
+from cdc_core.lake import Lake, local_path
+from cdc_core.lake_state import committing, read_watermark, table_version
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reader import RESET_PREFIX
 from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
 from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
 from cdc_core.silver_table import ensure_silver, register, sql_name
 from cdc_core.spark import Spark, each_in_session, session_of
-from cdc_core.state import caught_up_file, read_json, write_json
+from cdc_core.stager import StagedFile
+from cdc_core.state import caught_up_file, read_json, schema_history, write_json
 
 WATERMARK = "silver_applied"
+SINCE = "shapes_since"  # with the watermark: where the mirror last started over (table_shape)
 MERGE_APP = "cdc-silver"
 TRUNCATE_APP = "cdc-silver-truncate"
 NEWER = "(s._cdc_lsn > t._cdc_lsn OR (s._cdc_lsn = t._cdc_lsn AND s._cdc_seq > t._cdc_seq))"
@@ -153,26 +154,39 @@ def apply_table(
     history = schema_history(lake, table.qualified)
     if not history:
         return TableResult(table.qualified, 0)  # nothing captured for it yet
-    shape = table_shape(history, settings.modes, settings.propagates)
     path = lake.silver(table)
+    mark = read_watermark(spark, path, WATERMARK)
+    after = _position(mark[WATERMARK]) if mark else (-1, -1)
+    since = _since(mark)
+    rows = _pending(spark, lake, table, after, frontier)
+    summary = _summary(rows)
+    if summary is not None and summary[2] is not None:  # the mirror starts over at a TRUNCATE:
+        since = max(since or 0, summary[2][2])  # shapes recorded before it no longer count
+    shape = table_shape(history, settings.modes, settings.propagates, since=since)
     ensure_silver(spark, path, shape)
     if settings.register:
         register(spark, path, shape, settings.database)
-    mark = read_watermark(spark, path, WATERMARK)
-    after = _position(mark[WATERMARK]) if mark else (-1, -1)
-    rows = _pending(spark, lake, table, after, frontier)
-    summary = _summary(rows)
     if summary is None:
         return TableResult(table.qualified, 0)
     changes, end, truncated, unsent, reads = summary
+    marks = {SINCE: since} if since is not None else {}
     batch = rows.where(~after_position(*end))
     if truncated is not None:  # only what follows the last TRUNCATE counts
-        _empty(spark, path, settings, version=truncated[0], watermark=truncated)
-        batch = batch.where((F.col("op") != "t") & after_position(*truncated))
+        position = truncated[:2]
+        _empty(spark, path, settings, version=position[0], watermark=position, marks=marks)
+        batch = batch.where((F.col("op") != "t") & after_position(*position))
     if reads and not shape.key:  # a snapshot of a table without a key replaces its content
-        _empty(spark, path, settings, version=end[0], watermark=after)
-    _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent, reads=reads > 0)
+        _empty(spark, path, settings, version=end[0], watermark=after, marks=marks)
+    _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent, reads=reads > 0,
+           marks=marks)  # fmt: skip
     return TableResult(table.qualified, changes)
+
+
+def _since(mark: dict[str, object] | None) -> int | None:
+    """Where the mirror last started over (the start of the staged file that held its last
+    TRUNCATE or reset marker), as its newest watermark records it."""
+    value = mark.get(SINCE) if mark else None
+    return int(value) if isinstance(value, int) else None
 
 
 def _position(value: object) -> tuple[int, int]:
@@ -184,14 +198,17 @@ def _position(value: object) -> tuple[int, int]:
 
 def _summary(
     rows: DataFrame,
-) -> tuple[int, tuple[int, int], tuple[int, int] | None, list[str], int] | None:
-    """One pass over the pending rows: how many, the last position, the last TRUNCATE's, and
-    which columns some change did not carry (unchanged TOAST)."""
+) -> tuple[int, tuple[int, int], tuple[int, int, int] | None, list[str], int] | None:
+    """One pass over the pending rows: how many, the last position, the last TRUNCATE's (and
+    the first LSN of the staged file that held it), which columns some change did not carry
+    (unchanged TOAST), and how many snapshot reads."""
     pos = F.struct("commit_lsn", "seq")
     found = rows.agg(
         F.count(F.lit(1)).alias("n"),
         F.max(pos).alias("end"),
-        F.max(F.when(F.col("op") == "t", pos)).alias("truncated"),
+        F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "seq", "staged_file"))).alias(
+            "truncated"
+        ),
         F.array_distinct(F.flatten(F.collect_list(F.coalesce("unchanged", F.array())))).alias(
             "unsent"
         ),
@@ -201,8 +218,16 @@ def _summary(
         return None
     end = (int(found["end"]["commit_lsn"]), int(found["end"]["seq"]))
     t = found["truncated"]
-    truncated = (int(t["commit_lsn"]), int(t["seq"])) if t is not None else None
+    truncated = (int(t["commit_lsn"]), int(t["seq"]), _file_start(t["staged_file"])) if t else None
     return int(found["n"]), end, truncated, sorted(found["unsent"]), int(found["reads"])
+
+
+def _file_start(staged_file: object) -> int:
+    """The first LSN of a staged change file, by its id; 0 (every shape counts) otherwise."""
+    try:
+        return StagedFile.parse(f"{staged_file}{StagedFile.SUFFIX}").start.value
+    except ValueError:
+        return 0
 
 
 def _pending(
@@ -229,12 +254,13 @@ def _pending(
 
 def _empty(
     spark: SparkSession, path: str, settings: SilverSettings, *, version: int,
-    watermark: tuple[int, int],
+    watermark: tuple[int, int], marks: dict[str, int],
 ) -> None:  # fmt: skip
     """Empty the mirror (or mark every row deleted), once per `version`; the commit records
-    `watermark`, where a run that dies right after resumes."""
+    `watermark`, where a run that dies right after resumes (and `marks`)."""
     target = DeltaTable.forPath(spark, path)
-    with committing(spark, {WATERMARK: list(watermark)}, app_id=TRUNCATE_APP, version=version):
+    record = {WATERMARK: list(watermark)} | marks
+    with committing(spark, record, app_id=TRUNCATE_APP, version=version):
         if settings.soft_delete:
             target.update(set={"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("t")})
         else:
@@ -244,10 +270,13 @@ def _empty(
 def _merge(
     spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, *,
     end: tuple[int, int], settings: SilverSettings, unsent: list[str], reads: bool,
+    marks: dict[str, int],
 ) -> None:  # fmt: skip
-    """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark."""
+    """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark (and
+    `marks`)."""
     before = table_version(spark, path)
-    with committing(spark, {WATERMARK: list(end)}, app_id=MERGE_APP, version=end[0]):
+    record = {WATERMARK: list(end)} | marks
+    with committing(spark, record, app_id=MERGE_APP, version=end[0]):
         merge_changes(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
         if table_version(spark, path) == before:  # nothing to change: record the watermark alone
             spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ('cdc.watermark' = "

@@ -109,23 +109,31 @@ def column_type(c: object) -> ColumnType:
 
 def table_shape(
     history: Sequence[tuple[int, RelationDescriptor]], modes: TypeModes,
-    propagates: Callable[[str, SilverColumn], bool] | None = None,
+    propagates: Callable[[str, SilverColumn], bool] | None = None, *, since: int | None = None,
 ) -> TableShape:  # fmt: skip
     """The union of every shape in `history` (oldest first); the newest key and identity win.
-    `propagates(schema.table, column)`: whether the column's field metadata has its type."""
+    `propagates(schema.table, column)`: whether the column's field metadata has their type.
+    `since`: the mirror starts over there (a TRUNCATE or a reset marker, in a staged file that
+    starts at `since`): no row of a shape recorded before it is ever applied again, so a later
+    shape's column type replaces such a shape's where it cannot widen it (a type changed
+    incompatibly, or changed and reverted, before the mirror started over)."""
     if not history:
         raise TerminalError("no schema recorded for this table yet")
     columns: dict[str, SilverColumn] = {}
+    seen_at: dict[str, int] = {}  # where each column's type was last recorded
     newest = history[-1][1]
-    for _, descriptor in history:
+    for lsn, descriptor in history:
         for c in descriptor.columns:
             pg = column_type(c)
             new = SilverColumn(c.name, pg, silver_type(pg, modes), c.type_name,
                                is_unknown(pg, c.type_oid))  # fmt: skip
             old = columns.get(c.name)
-            if old is not None and old.silver != new.silver:
+            applied = since is None or seen_at.get(c.name, 0) >= since  # its rows may be applied
+            changed = old is not None and old.silver != new.silver
+            if old is not None and changed and (applied or widens(old.silver, new.silver)):
                 new = _widened(f"{descriptor.schema}.{descriptor.table}", old, new)
             columns[c.name] = new
+            seen_at[c.name] = lsn
     qualified = f"{newest.schema}.{newest.table}"
     typed = frozenset(c.name for c in columns.values() if propagates and propagates(qualified, c))
     keyed_by = next((d.primary_key for _, d in reversed(history) if d.primary_key), ())
@@ -140,7 +148,8 @@ def _widened(table: str, old: SilverColumn, new: SilverColumn) -> SilverColumn:
         f"table {table}: column {old.name} changed type from {old.type_name} to "
         f"{new.type_name} ({describe(old.silver)} -> {describe(new.silver)}), which its silver "
         "mirror cannot follow in place. The mirror stops here; other tables go on. To move on, "
-        "drop the silver table and take a new snapshot of it (or revert the column's type)"
+        f"drop the silver table and take a new snapshot of it (`cdc snapshot --table {table}`), "
+        "which rebuilds the mirror from that snapshot on"
     )
 
 

@@ -19,7 +19,7 @@ from cdc_core.config import Config
 from cdc_core.drift import Drift, catalog_entries, drifts
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
-from cdc_core.lake import Lake
+from cdc_core.lake import Lake, local_path
 from cdc_core.lsn import Lsn
 from cdc_core.pg.catalog import table_columns, table_info
 from cdc_core.pg.connect import connect
@@ -34,6 +34,7 @@ from cdc_core.state import (
     known_tables_file,
     read_json,
     record_confirmed,
+    schema_history,
     signals_file,
     stream_file,
     write_json,
@@ -207,6 +208,22 @@ def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[Sn
     return planned
 
 
+def _rebuild_if_dropped(conn: Conn, lake: Lake, table: TableName) -> None:
+    """A whole-table snapshot of a table bronze holds changes of but whose silver mirror is
+    gone (dropped to rebuild it, as a stopped mirror's error says): a reset marker before the
+    snapshot's windows, so the mirror is built from the snapshot on, not from every change
+    bronze ever held (whose older shapes it may no longer be able to take)."""
+    local = local_path(lake.silver(table))
+    if (
+        local is None
+        or (local / "_delta_log").is_dir()
+        or not schema_history(lake, table.qualified)
+    ):
+        return
+    conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (RESET_PREFIX, table.qualified))
+    log.warning("table %s has no silver mirror: it is rebuilt from this snapshot on", table)
+
+
 def _save(lake: Lake, job: SnapshotJob) -> SnapshotJob:
     job.save(lake)
     log.info(
@@ -235,6 +252,9 @@ def _from_signals(
             if problems:
                 signal = SignalProblem(signal_id, "; ".join(problems))
         if isinstance(signal, SnapshotRequest):
+            for t in signal.tables:
+                if t not in signal.conditions:
+                    _rebuild_if_dropped(conn, lake, t)
             job = plan_job(
                 conn, signal.kind, f"signal {signal_id}", signal.tables,
                 chunk_size=config.pipeline.snapshot.chunk_size,
@@ -281,6 +301,8 @@ def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
         table = TableName.parse(str(request["table"]))
         kind = "blocking" if request.get("blocking") else "incremental"
         conditions = {table: str(request["where"])} if request.get("where") else None
+        if conditions is None:
+            _rebuild_if_dropped(conn, lake, table)
         job = plan_job(conn, kind, "cdc snapshot", [table], conditions=conditions,  # type: ignore[arg-type]
                        chunk_size=config.pipeline.snapshot.chunk_size)  # fmt: skip
         planned.append(_save(lake, job))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_core.errors import TerminalError
+from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
 
 
@@ -77,3 +78,19 @@ def snapshots_dir(lake: Lake) -> Path:
 def heartbeat_file(lake: Lake) -> Path:
     """When the last heartbeat was sent."""
     return lake.state / "heartbeat.json"
+
+
+def schemas_dir(lake: Lake) -> Path:
+    """Every shape each table has had (`bronze.record_schema`)."""
+    return lake.state / "schemas"
+
+
+def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor]]:
+    """(first LSN seen, descriptor) of every shape table `schema.table` has had, oldest first."""
+    folder = schemas_dir(lake)
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        entry = json.loads(path.read_text())
+        if entry["table"] == table:
+            out.append((int(entry["first_lsn"]), RelationDescriptor.from_json(entry["descriptor"])))
+    return sorted(out, key=lambda e: (e[0], e[1].version))  # a file's later shapes: later versions

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.apply import silver_settings
-from cdc_core.bronze import pending_files, schema_history
+from cdc_core.bronze import pending_files
 from cdc_core.config import Config
 from cdc_core.errors import EXIT_FAILURE, EXIT_OK
 from cdc_core.events import RelationDescriptor
@@ -45,6 +45,7 @@ from cdc_core.silver_batch import after_position
 from cdc_core.silver_shape import SilverColumn, TableShape, column_type, table_shape
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import relations_of
+from cdc_core.state import schema_history
 from cdc_core.validate_encoding import pg_form, text_steps
 from cdc_core.validate_pg import (
     Conn,

@@ -28,7 +28,7 @@ from cdc_core.config.loader import suggest
 from cdc_core.config.validate import ColumnExpectation
 from cdc_core.errors import ConfigError
 from cdc_core.identifiers import TableName
-from cdc_core.lake_state import local_path
+from cdc_core.lake import local_path
 from cdc_core.pgtypes import SilverType
 from cdc_core.silver_shape import TableShape, describe, spark_type
 

@@ -13,6 +13,7 @@ import math
 import struct
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -20,18 +21,25 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdc_core.bronze import schema_history
+from cdc_core import delta_log
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg.connect import VALUE_SETTINGS
 from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
+from cdc_core.silver import SINCE, WATERMARK
 from cdc_core.silver_shape import TableShape, spark_type, table_shape
+from cdc_core.state import schema_history
 
 DEFAULT_MODES = TypeModes()
 
 
 def shape_of(lake: Lake, table: TableName, modes: TypeModes = DEFAULT_MODES) -> TableShape:
-    return table_shape(schema_history(lake, table.qualified), modes)
+    """The mirror's shape as silver has it: from its schema history and where it last started
+    over (the shapes-since mark its watermark carries)."""
+    found = delta_log.newest_record(Path(lake.silver(table)), WATERMARK)
+    since = found[1].get(SINCE) if found else None
+    history = schema_history(lake, table.qualified)
+    return table_shape(history, modes, since=since if isinstance(since, int) else None)
 
 
 def _canonical(expr: Column, t: T.DataType) -> Column:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -63,6 +66,26 @@ def test_schema_changes_are_followed_or_stop_only_their_table(
     assert_mirror_equals_source(spark, p.lake, dsn, T2)  # the other table went on
     after = spark.read.format("delta").load(p.lake.silver(T1))
     assert (after.count(), after.where("id = 1").first()) == t1_before  # nothing landed is damaged
+    assert "cdc snapshot --table public.t1" in error
+
+    # the way out the error names works: the mirror, rebuilt from a new snapshot on, takes text
+    shutil.rmtree(p.lake.silver(T1))
+    requested = subprocess.run(
+        [sys.executable, "-m", "cdc_core.cli", "snapshot", "--pipeline", "p", "--table", "public.t1"],
+        env=p.env(), cwd=p.home, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert requested.returncode == 0, requested.stderr
+    sql(dsn, "UPDATE t1 SET v = 'after' WHERE id = 2", "DELETE FROM t1 WHERE id = 3")
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "table public.t1 has no silver mirror: it is rebuilt from this snapshot on" in run.stderr
+    assert_mirror_equals_source(spark, p.lake, dsn, T1, skip=("s",))
+    rebuilt = spark.read.format("delta").load(p.lake.silver(T1))
+    assert dict(rebuilt.dtypes)["v"] == "string"
+    assert rebuilt.where("id = 3").count() == 0  # deleted before the rebuild: not resurrected
+    sql(dsn, "UPDATE t1 SET v = 'later' WHERE id = 4")  # and it goes on from there
+    assert p.ingest().returncode == 0
+    assert_mirror_equals_source(spark, p.lake, dsn, T1, skip=("s",))
 
 
 def test_a_table_without_key_is_mirrored_as_a_multiset(

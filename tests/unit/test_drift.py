@@ -1,16 +1,22 @@
-"""Schema drift the stream does not carry, found by comparing catalog entries between runs; and
-the schema history, where a shape that comes back is the table's shape again."""
+"""Schema drift the stream does not carry, found by comparing catalog entries between runs; the
+schema history, where a shape that comes back is the table's shape again; and the shapes a
+mirror that started over still has to take."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cdc_core.bronze import record_schema, schema_history
+import pytest
+
+from cdc_core.bronze import record_schema
 from cdc_core.drift import CatalogEntry, Drift, drifts
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg.pgoutput import ReplicaIdentity
+from cdc_core.pgtypes import DEFAULT_MODES
+from cdc_core.silver_shape import SchemaChangeError, table_shape
+from cdc_core.state import schema_history
 
 T = TableName("public", "t")
 
@@ -77,3 +83,34 @@ def test_within_one_file_the_later_version_is_the_newer_shape(tmp_path: Path) ->
     record_schema(lake, _shape(("id",), version=0), 100)
     record_schema(lake, _shape((), version=1), 100)
     assert schema_history(lake, "public.t")[-1][1].primary_key == ()
+
+
+def _typed(v_type: str, version: int = 0) -> RelationDescriptor:
+    oid, name = {"int8": (20, "bigint"), "text": (25, "text")}[v_type]
+    columns = (
+        ColumnDescriptor("id", 23, -1, "integer", True, "int4"),
+        ColumnDescriptor("v", oid, -1, name, False, v_type),
+    )
+    return RelationDescriptor(10, version, "public", "t", ReplicaIdentity.DEFAULT, columns, ("id",))
+
+
+def test_an_incompatible_type_stops_the_mirror_until_it_starts_over_after_it() -> None:
+    history = [(100, _typed("int8")), (200, _typed("text"))]
+    with pytest.raises(SchemaChangeError, match=r"column v changed type from bigint to text"):
+        table_shape(history, DEFAULT_MODES)
+    with pytest.raises(SchemaChangeError, match=r"cdc snapshot --table public.t"):
+        table_shape(history, DEFAULT_MODES, since=100)  # bigint rows may still be applied
+    rebuilt = table_shape(history, DEFAULT_MODES, since=150)  # it started over in a later file
+    assert [(c.name, c.type_name) for c in rebuilt.columns] == [("id", "integer"), ("v", "text")]
+
+
+def test_a_type_changed_and_reverted_before_the_mirror_started_over_is_the_newest() -> None:
+    history = [(100, _typed("int8")), (200, _typed("text")), (300, _typed("int8"))]
+    with pytest.raises(SchemaChangeError, match=r"changed type from bigint to text"):
+        table_shape(history, DEFAULT_MODES)
+    with pytest.raises(SchemaChangeError, match=r"changed type from text to bigint"):
+        table_shape(history, DEFAULT_MODES, since=200)  # text rows may still be applied
+    shape = table_shape(history, DEFAULT_MODES, since=250)
+    assert [c.type_name for c in shape.columns] == ["integer", "bigint"]
+    widened = [(100, _typed("int8")), (300, _typed("int8"))]  # no conflict: since changes nothing
+    assert table_shape(widened, DEFAULT_MODES, since=250) == table_shape(widened, DEFAULT_MODES)
