@@ -1,7 +1,9 @@
 """Which source failures may pass by themselves: psycopg and Spark JDBC errors as `TransientError`.
 
 A lost connection, a server shutdown or restart, a statement cancelled by `statement_timeout`, a
-lock not granted within `lock_timeout`: retrying later is safe and may succeed (exit 75). They
+lock not granted within `lock_timeout`, a Delta commit that lost to a concurrent writer of the
+same table (`jobs/maintain.py`'s OPTIMIZE, say): retrying later is safe and may succeed (exit
+75): a commit that lost wrote nothing, and every stage redoes its work idempotently. They
 arrive as psycopg `OperationalError`s, or from Spark's JDBC reads as Py4J errors whose cause
 chain holds the driver's `PSQLException` (its SQLState asked of the JVM, else found in the
 text). Anything else is left alone: a real bug still exits 1. Messages carry the server's
@@ -50,6 +52,14 @@ _JDBC_TEXTS = (
     ("08003", "This connection has been closed"),
 )
 _PSQL = re.compile(r"org\.postgresql\.util\.PSQLException: ([^\n]*)")
+# Delta's commit conflicts (io.delta.exceptions.*, and delta.exceptions' Python classes)
+_DELTA_CONFLICTS = frozenset({
+    "DeltaConcurrentModificationException", "ConcurrentWriteException", "MetadataChangedException",
+    "ProtocolChangedException", "ConcurrentAppendException", "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+})  # fmt: skip
+_DELTA = re.compile(r"io\.delta\.exceptions\.(\w+): ([^\n]*)")
+_CONFLICT = "a concurrent writer committed to the same Delta table first"
 _MAX_CAUSES = 32
 
 
@@ -105,22 +115,34 @@ def _from_psycopg(error: psycopg.Error) -> TransientError | None:
     return _describe(state, str(error))
 
 
+def _conflict(name: str, text: str) -> TransientError:
+    first = text.strip().splitlines()[0] if text.strip() else "no message"
+    return TransientError(f"{_CONFLICT}: {name}: {first}; {_RETRY}")
+
+
 def _from_spark(error: BaseException) -> TransientError | None:
-    """A Py4J error (or PySpark's captured form of one) caused by the PostgreSQL JDBC driver."""
+    """A Py4J error (or PySpark's captured form of one) caused by the PostgreSQL JDBC driver,
+    or a Delta commit conflict."""
+    kind = type(error)
+    if kind.__module__.startswith("delta.exceptions") and kind.__name__ in _DELTA_CONFLICTS:
+        return _conflict(kind.__name__, _text(error))
     java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
     if java is not None:
         with contextlib.suppress(Exception):  # the JVM may be gone: the text is enough then
             for _ in range(_MAX_CAUSES):
                 if java is None:
                     break
-                if str(java.getClass().getName()).startswith("org.postgresql."):
+                name = str(java.getClass().getName())
+                if name.startswith("org.postgresql."):
                     state = str(java.getSQLState() or "")
                     return _describe(state, str(java.getMessage() or ""), via="Spark JDBC read: ")
+                if name.startswith("io.delta.exceptions.") and name[20:] in _DELTA_CONFLICTS:
+                    return _conflict(name[20:], str(java.getMessage() or ""))
                 java = java.getCause()
-    try:
-        text = str(error)  # PySpark's captured errors ask the JVM for their text
-    except Exception:
-        return None
+    text = _text(error)
+    conflict = _DELTA.search(text)
+    if conflict is not None and conflict.group(1) in _DELTA_CONFLICTS:
+        return _conflict(conflict.group(1), conflict.group(2))
     found = _PSQL.search(text)
     if found is None:
         return None
@@ -129,3 +151,10 @@ def _from_spark(error: BaseException) -> TransientError | None:
         if known in message:
             return _describe(state, message, via="Spark JDBC read: ")
     return None
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error)  # PySpark's captured errors ask the JVM for their text
+    except Exception:
+        return ""

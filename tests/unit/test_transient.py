@@ -170,3 +170,21 @@ def test_guarded_exits_75_for_a_timeout_and_1_for_a_bug(capsys: pytest.CaptureFi
     assert err.startswith("error: a statement was cancelled by statement_timeout")
     assert guarded(buggy, argparse.Namespace()) == EXIT_FAILURE
     assert "error: unexpected ValueError: a bug" in capsys.readouterr().err
+
+
+def test_a_delta_commit_conflict_is_transient_by_its_class_or_its_text() -> None:
+    conflict = JavaThrowable(
+        "io.delta.exceptions.ConcurrentAppendException",
+        "Files were added to the root of the table by a concurrent update. Please try the "
+        "operation again.\nConflicting commit: {...}",
+    )
+    mapped = as_transient(Py4JJavaError("An error occurred while calling o90.execute.", conflict))
+    assert str(mapped) == (
+        "a concurrent writer committed to the same Delta table first: ConcurrentAppendException: "
+        "Files were added to the root of the table by a concurrent update. Please try the "
+        "operation again.; safe to retry: the next run resumes where this one stopped"
+    )
+    text = "An error occurred.\n: io.delta.exceptions.MetadataChangedException: The metadata of the Delta table has been changed by a concurrent update."  # fmt: skip
+    assert "MetadataChangedException" in str(as_transient(Py4JJavaError(text, None)))
+    other = JavaThrowable("io.delta.exceptions.DeltaAnalysisException", "not a Delta table")
+    assert as_transient(Py4JJavaError("An error occurred.", other)) is None
