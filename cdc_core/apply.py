@@ -17,12 +17,14 @@ from cdc_core.bronze import (
     pending_files,
 )
 from cdc_core.config import Config
+from cdc_core.errors import TerminalError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pgtypes import TypeModes
 from cdc_core.silver import CaughtUp, SilverSettings, TableResult, apply_silver, sweep
 from cdc_core.snapshot import SnapshotJob
-from cdc_core.spark import Spark, session_of
+from cdc_core.spark import Spark, driver_died, session_of
+from cdc_core.stager import StagedFile, largest_change, staged_files
 from cdc_core.state import read_json, stream_file
 
 log = logging.getLogger("cdc_core.apply")
@@ -60,19 +62,24 @@ def apply_staged(
     options = BronzeOptions(source.provide_transaction_metadata,
                             source.unavailable_value_placeholder)  # fmt: skip
     files = pending_files(spark, lake)
-    bronze = (
-        append_staged(session_of(spark), lake, files, options=options)
-        if files
-        else BronzeSummary(0, 0, None)
-    )
-    frontier = None
-    if streaming:
-        frontier = applied_end(spark, lake).value
-        if recorded is not None:
-            frontier = max(frontier, Lsn.parse(str(recorded["confirmed"])).value)
-    tables = list(config.pipeline.source.tables)
-    settings = silver_settings(config)
-    silver = apply_silver(spark, lake, tables, settings, frontier=frontier, caught=caught)
+    try:
+        bronze = (
+            append_staged(session_of(spark), lake, files, options=options)
+            if files
+            else BronzeSummary(0, 0, None)
+        )
+        frontier = None
+        if streaming:
+            frontier = applied_end(spark, lake).value
+            if recorded is not None:
+                frontier = max(frontier, Lsn.parse(str(recorded["confirmed"])).value)
+        tables = list(config.pipeline.source.tables)
+        settings = silver_settings(config)
+        silver = apply_silver(spark, lake, tables, settings, frontier=frontier, caught=caught)
+    except Exception as e:
+        if not driver_died(e):
+            raise
+        raise TerminalError(_driver_died(lake, config, files)) from e
     return bronze, silver, frontier
 
 
@@ -100,3 +107,27 @@ def finish_snapshots(
             finished.append(part.table.qualified)
             log.info("snapshot %s: %s done (%d rows read)", job.id, part.table, part.rows)
     return finished
+
+
+def _driver_died(lake: Lake, config: Config, files: list[StagedFile]) -> str:
+    """What to say when the Spark driver's JVM died applying staged changes: most often a
+    change too large for its heap (Spark holds a value several times over while it turns it
+    into an envelope and a typed row). Names the largest change of the batch and the remedy."""
+    memory = config.env.spark.conf.get("spark.driver.memory", "Spark's default (1g)")
+    said = (
+        "the Spark driver (its JVM) died while applying staged changes to bronze and silver, "
+        "most likely out of heap (java.lang.OutOfMemoryError in its log above)"
+    )
+    recent = files or staged_files(lake.changes)[-20:]  # the files this batch applied or had
+    largest = largest_change(lake.changes, recent)
+    if largest is not None:
+        said += (
+            f". The largest change of the batch is {largest.size / (1 << 20):,.0f} MB "
+            f"(table {largest.table}, LSN {largest.lsn}); a change takes several times its "
+            "size in driver heap, once per change being written at the same time"
+        )
+    return (
+        f"{said}. Give the driver more memory (spark.driver.memory, now {memory}; "
+        "conf/local.yaml reads it from CDC_DRIVER_MEMORY) and run again: nothing was lost, the "
+        "changes stay staged and the slot is confirmed only past them"
+    )

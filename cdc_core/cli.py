@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
-from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CdcError, UsageError
+from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CdcError, UsageError, text_of
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -43,7 +43,10 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
         if transient is not None:
             print(f"error: {transient}", file=sys.stderr)
             return transient.exit_code
-        print(f"error: unexpected {type(e).__name__}: {e} (run with --debug for the traceback)",
+        text = text_of(e)
+        if text is None:  # a Py4J error whose JVM is gone: its text went with it
+            text = "its text is lost with the Spark driver (JVM), which is gone"
+        print(f"error: unexpected {type(e).__name__}: {text} (run with --debug for the traceback)",
               file=sys.stderr)  # fmt: skip
         return EXIT_FAILURE
 

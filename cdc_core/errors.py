@@ -49,3 +49,12 @@ class SetupError(TerminalError):
 
 class DecodeError(TerminalError):
     """Bytes from the server that do not follow the protocol; names the byte and the LSN."""
+
+
+def text_of(error: BaseException) -> str | None:
+    """`str(error)`, or None when it cannot be had (a Py4J error asks the JVM for its text,
+    and the JVM may be gone)."""
+    try:
+        return str(error)
+    except Exception:
+        return None

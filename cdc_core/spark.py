@@ -21,7 +21,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_core.config import SparkSettings
-from cdc_core.errors import SetupError
+from cdc_core.errors import SetupError, text_of
 from cdc_core.jars import default_coordinates, resolve
 
 T = TypeVar("T")
@@ -191,3 +191,23 @@ def _require_delta(session: SparkSession, settings: SparkSettings) -> None:
         "Delta Lake did not load into Spark: the session was created before the jars were "
         "added; build it with cdc_core.spark.build_spark before any other SparkSession"
     )
+
+
+def driver_died(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) says the driver's JVM is gone: Py4J lost its
+    connection, or a Spark job failed on java.lang.OutOfMemoryError (local mode: Spark's
+    handler then ends the JVM)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__name__ == "Py4JNetworkError" or isinstance(
+            current, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)
+        ):
+            return True
+        if type(current).__module__.startswith(("py4j", "pyspark")):
+            text = text_of(current)
+            if text is None or "java.lang.OutOfMemoryError" in text:
+                return True
+        current = current.__cause__ or current.__context__
+    return False

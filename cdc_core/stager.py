@@ -14,7 +14,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +102,35 @@ def relations_of(path: Path) -> dict[tuple[int, int], RelationDescriptor]:
     assert isinstance(raw, list)
     out = [RelationDescriptor.from_json(r) for r in raw]
     return {(r.oid, r.version): r for r in out}
+
+
+@dataclass(frozen=True)
+class LargestChange:
+    """The largest change among some staged files, as the server sent it."""
+
+    size: int  # bytes of its pgoutput message
+    lsn: Lsn
+    table: str  # schema.table, or "a logical message"
+
+
+def largest_change(folder: Path, files: Sequence[StagedFile]) -> LargestChange | None:
+    """The largest change in `files` (reads their messages: for error messages, not a hot path)."""
+    found: LargestChange | None = None
+    for f in files:
+        path = folder / str(f)
+        table = pq.read_table(path, columns=["lsn", "relation_oid", "relation_version", "message"])
+        if not table.num_rows:
+            continue
+        sizes = pc.binary_length(table["message"])
+        i = int(pc.index(sizes, pc.max(sizes)).as_py())
+        size = int(sizes[i].as_py())
+        if found is not None and size <= found.size:
+            continue
+        oid, version = table["relation_oid"][i].as_py(), table["relation_version"][i].as_py()
+        relation = relations_of(path).get((oid, version)) if oid is not None else None
+        name = f"{relation.schema}.{relation.table}" if relation else "a logical message"
+        found = LargestChange(size, Lsn(int(table["lsn"][i].as_py())), name)
+    return found
 
 
 @dataclass(frozen=True)

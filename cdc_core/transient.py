@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import psycopg
 
-from cdc_core.errors import CdcError, TransientError
+from cdc_core.errors import CdcError, TransientError, text_of
 
 # SQLState (or its class, two characters) -> what it means for whoever reads the error line
 _TRANSIENT = {
@@ -125,7 +125,7 @@ def _from_spark(error: BaseException) -> TransientError | None:
     or a Delta commit conflict."""
     kind = type(error)
     if kind.__module__.startswith("delta.exceptions") and kind.__name__ in _DELTA_CONFLICTS:
-        return _conflict(kind.__name__, _text(error))
+        return _conflict(kind.__name__, text_of(error) or "")
     java = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
     if java is not None:
         with contextlib.suppress(Exception):  # the JVM may be gone: the text is enough then
@@ -139,7 +139,7 @@ def _from_spark(error: BaseException) -> TransientError | None:
                 if name.startswith("io.delta.exceptions.") and name[20:] in _DELTA_CONFLICTS:
                     return _conflict(name[20:], str(java.getMessage() or ""))
                 java = java.getCause()
-    text = _text(error)
+    text = text_of(error) or ""
     conflict = _DELTA.search(text)
     if conflict is not None and conflict.group(1) in _DELTA_CONFLICTS:
         return _conflict(conflict.group(1), conflict.group(2))
@@ -151,10 +151,3 @@ def _from_spark(error: BaseException) -> TransientError | None:
         if known in message:
             return _describe(state, message, via="Spark JDBC read: ")
     return None
-
-
-def _text(error: BaseException) -> str:
-    try:
-        return str(error)  # PySpark's captured errors ask the JVM for their text
-    except Exception:
-        return ""

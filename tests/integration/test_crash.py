@@ -201,6 +201,7 @@ def assert_bronze_holds_each_change_once(
     assert not extra, (
         f"{sum(extra.values())} bronze changes the server never made: {list(extra)[:3]}"
     )
+    print(f"bronze holds the {sum(truth.values()):,} changes test_decoding saw, each once")
 
 
 def test_a_fault_point_that_does_not_exist_is_refused(tmp_path: Path, pg: PgServer) -> None:

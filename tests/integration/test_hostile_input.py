@@ -277,9 +277,10 @@ def test_rows_of_100_mb_are_mirrored_exactly(
     pg: PgServer, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 100 MB bytea is 200 MB of hex in bronze's JSON; Spark holds such a row several times
-    over (UnsafeRow buffers double as they grow, one task per core): with the default 2g driver
-    the bronze write runs out of heap, so this pipeline runs with 6g."""
-    monkeypatch.setenv("CDC_DRIVER_MEMORY", "6g")
+    over (UnsafeRow buffers double as they grow, one task per core). The default 2g driver runs
+    out of heap writing them to bronze: the run stops with an error naming the largest change and
+    the remedy, nothing landed. With 6g, the remedy, both rows are mirrored exactly."""
+    monkeypatch.delenv("CDC_DRIVER_MEMORY", raising=False)  # conf/local.yaml's default: 2g
     dsn = pg.dsn(database)
     big = TableName("public", "big")
     sql(dsn, "CREATE TABLE big (id int PRIMARY KEY, b bytea, t text)")
@@ -291,6 +292,16 @@ def test_rows_of_100_mb_are_mirrored_exactly(
         f"FROM generate_series(1, {100 * MB // 16}) g",
         "INSERT INTO big SELECT 2, NULL, string_agg(md5(g::text) || '表', '' ORDER BY g) "
         f"FROM generate_series(1, {100 * MB // 35}) g")  # fmt: skip
+    refused = p.ingest()
+    assert refused.returncode == 1, refused.stderr[-4000:]
+    error = refused.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: the Spark driver (its JVM) died while applying staged changes")
+    assert "The largest change of the batch is 200 MB (table public.big, LSN " in error
+    assert "spark.driver.memory, now 2g" in error
+    assert "nothing was lost" in error
+    print(f"2g driver: {error}")
+    assert not Path(p.lake.silver(big)).exists()  # nothing landed
+    monkeypatch.setenv("CDC_DRIVER_MEMORY", "6g")
     started = time.monotonic()
     run = p.ingest()
     elapsed = time.monotonic() - started

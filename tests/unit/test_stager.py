@@ -12,10 +12,12 @@ from cdc_core.events import ChangeChunk, ColumnDescriptor, RelationDescriptor
 from cdc_core.lsn import Lsn
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.stager import (
+    LargestChange,
     Limits,
     StagedFile,
     Stager,
     iter_rows,
+    largest_change,
     read_metadata,
     relations_of,
     staged_files,
@@ -177,3 +179,31 @@ def test_ops_follow_the_message_type_and_messages_have_no_relation(tmp_path: Pat
         ("t", 0),
         ("m", None),
     ]
+
+
+def test_the_largest_change_of_some_files_is_named_by_size_table_and_lsn(tmp_path: Path) -> None:
+    s = stager(tmp_path)
+    small = chunk(1000, 1010, 3, relations=True)
+    s.add(small)
+    first = s.flush()
+    big = chunk(2000, 2010, 2)
+    big.message[1] += b"x" * 5000  # the second change of the second file
+    big.lsn[1] = 1950
+    logical = chunk(3000, 3010, 0)
+    logical.lsn.append(2990)
+    logical.relation_oid.append(None)
+    logical.message.append(b"M" + b"y" * 9000)
+    s.add(big)
+    second = s.flush()
+    s.add(logical)
+    third = s.flush()
+    assert first is not None
+    assert second is not None
+    assert third is not None
+    folder = tmp_path / "changes"
+    found = largest_change(folder, [first, second])
+    assert found == LargestChange(len(big.message[1]), Lsn(1950), "public.orders")
+    assert largest_change(folder, [first, second, third]) == LargestChange(
+        9001, Lsn(2990), "a logical message"
+    )
+    assert largest_change(folder, []) is None

@@ -188,3 +188,50 @@ def test_a_delta_commit_conflict_is_transient_by_its_class_or_its_text() -> None
     assert "MetadataChangedException" in str(as_transient(Py4JJavaError(text, None)))
     other = JavaThrowable("io.delta.exceptions.DeltaAnalysisException", "not a Delta table")
     assert as_transient(Py4JJavaError("An error occurred.", other)) is None
+
+
+class Py4JNetworkError(Exception):
+    """Py4J's own: the JVM stopped answering."""
+
+
+class JvmGoneError(Exception):
+    """A Py4J error whose text must be asked of a JVM that is gone."""
+
+    def __str__(self) -> str:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    __module__ = "py4j.protocol"
+
+
+class SparkJobError(Exception):
+    """PySpark's captured form of a failed job."""
+
+    __module__ = "pyspark.errors.exceptions.captured"
+
+
+def test_a_driver_that_died_is_told_from_a_failure_that_did_not_kill_it() -> None:
+    from cdc_core.spark import driver_died
+
+    gone = JvmGoneError()
+    assert driver_died(gone)
+    wrapped = RuntimeError("while writing bronze")
+    wrapped.__cause__ = Py4JNetworkError("Answer from Java side is empty")
+    assert driver_died(wrapped)
+    assert driver_died(SparkJobError("Job aborted: java.lang.OutOfMemoryError: Java heap space"))
+    assert not driver_died(SparkJobError("Job aborted: Task failed while writing rows"))
+    assert not driver_died(ValueError("java.lang.OutOfMemoryError"))  # not from Spark
+    assert not driver_died(_spark_job_failure("ERROR: canceling statement", "57014"))
+
+
+def test_guarded_says_the_driver_is_gone_when_an_error_s_text_went_with_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def command(_: argparse.Namespace) -> int:
+        raise JvmGoneError()
+
+    assert guarded(command, argparse.Namespace()) == EXIT_FAILURE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: unexpected JvmGoneError: its text is lost with the Spark driver (JVM), which is "
+        "gone (run with --debug for the traceback)"
+    ]
