@@ -48,6 +48,13 @@ class Pipeline:
             env=self.env(), cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
+    def cdc(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`cdc ARGS` (`snapshot --pipeline p --table T`, say) in the pipeline's home."""
+        return subprocess.run(
+            [sys.executable, "-m", "cdc_core.cli", *args], env=self.env(), cwd=self.home,
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+
     def edit(self, old: str, new: str) -> None:
         """Change the pipeline file."""
         path = self.home / "pipelines" / "p.yaml"

@@ -6,8 +6,6 @@ widened columns, an incompatible type) is in test_silver_schema.py."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -75,10 +73,7 @@ def test_drift_is_healed_or_stops_only_its_table(
     sql(dsn, "ALTER TABLE unkeyed ADD PRIMARY KEY (id)", "UPDATE unkeyed SET a = 'back' WHERE id = 2",
         "INSERT INTO recreated VALUES (1001, 'newer', 2)", "UPDATE renamed SET b = 0")  # fmt: skip
     shutil.rmtree(p.lake.silver(K))
-    requested = subprocess.run(
-        [sys.executable, "-m", "cdc_core.cli", "snapshot", "--pipeline", "p", "--table", "public.keyed"],
-        env=p.env(), cwd=p.home, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    requested = p.cdc("snapshot", "--pipeline", "p", "--table", "public.keyed")
     assert requested.returncode == 0, requested.stderr
     run = p.ingest()
     assert run.returncode == 0, run.stderr[-3000:]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -70,10 +68,7 @@ def test_schema_changes_are_followed_or_stop_only_their_table(
 
     # the way out the error names works: the mirror, rebuilt from a new snapshot on, takes text
     shutil.rmtree(p.lake.silver(T1))
-    requested = subprocess.run(
-        [sys.executable, "-m", "cdc_core.cli", "snapshot", "--pipeline", "p", "--table", "public.t1"],
-        env=p.env(), cwd=p.home, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    requested = p.cdc("snapshot", "--pipeline", "p", "--table", "public.t1")
     assert requested.returncode == 0, requested.stderr
     sql(dsn, "UPDATE t1 SET v = 'after' WHERE id = 2", "DELETE FROM t1 WHERE id = 3")
     run = p.ingest()
