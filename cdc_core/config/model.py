@@ -566,8 +566,10 @@ class TargetConfig:
 
     root: str = field(
         metadata=meta(
-            "root of this pipeline's lake (a local path or a URI such as s3a://bucket/x); "
-            "relative paths are relative to the working directory",
+            "root of this pipeline's lake: a local or mounted path (a Databricks volume "
+            "/Volumes/..., an NFS mount) or a file: URI; relative paths are relative to the "
+            "working directory. Object storage URIs (s3a://, abfss://, gs://) are refused: "
+            "staging and state are not written there yet",
             example="${LAKE_ROOT:-./lake}/orders",
         )
     )
@@ -576,8 +578,19 @@ class TargetConfig:
         root = self.root.strip()
         if not root:
             raise FieldError("root", "the path is empty")
-        if "://" not in root and not root.startswith("file:"):
-            root = os.path.abspath(os.path.expanduser(root))
+        scheme, sep, _ = root.partition("://")
+        if sep and scheme != "file":
+            raise FieldError(
+                "root",
+                f"{root}: a lake on object storage ({scheme}://) is not supported yet: staged "
+                "change files and the pipeline's state are written with local file operations "
+                f"and would land in a local directory named {scheme!r}:, lost with the machine "
+                "while the slot moves past them. Use a local path or a mounted one (a Databricks "
+                "volume /Volumes/..., an NFS mount)",
+            )
+        if root.startswith("file:"):  # file:///x, file:/x: the local path /x
+            root = "/" + root.removeprefix("file:").lstrip("/")
+        root = os.path.abspath(os.path.expanduser(root))
         object.__setattr__(self, "root", root.rstrip("/") or "/")
 
 

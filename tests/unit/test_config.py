@@ -82,10 +82,26 @@ def test_an_empty_variable_falls_back_to_its_default(tmp_path: Path) -> None:
     assert config.pipeline.target.root == str(Path.cwd() / "lake" / "orders")
 
 
-def test_object_store_roots_are_kept_as_uris(tmp_path: Path) -> None:
-    environ = {"LAKE_ROOT": "s3a://bucket/lake/"}
-    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ=environ)
-    assert config.pipeline.target.root == "s3a://bucket/lake//orders"
+def test_object_store_roots_are_refused_until_staging_and_state_can_live_there(
+    tmp_path: Path,
+) -> None:
+    """Staging and state use local file operations: an s3a:// root would put them in a local
+    directory named 's3a:' (lost with the machine while the slot moves past them)."""
+    for root in ("s3a://bucket/lake/", "abfss://c@account.dfs.core.windows.net/lake"):
+        with pytest.raises(ConfigError) as e:
+            load_pipeline("orders", "local", home=write_home(tmp_path), environ={"LAKE_ROOT": root})
+        message = str(e.value)
+        assert message.startswith("pipelines/orders.yaml: target.root: ")
+        assert "is not supported yet" in message
+        assert "Use a local path or a mounted one" in message
+
+
+def test_file_uri_roots_are_local_paths(tmp_path: Path) -> None:
+    for root in ("file:///data/lake", "file:/data/lake"):
+        config = load_pipeline(
+            "orders", "local", home=write_home(tmp_path), environ={"LAKE_ROOT": root}
+        )
+        assert config.pipeline.target.root == "/data/lake/orders"
 
 
 def test_dollar_dollar_is_a_literal_dollar(tmp_path: Path) -> None:
