@@ -157,7 +157,7 @@ def apply_table(
     path = lake.silver(table)
     mark = read_watermark(spark, path, WATERMARK)
     after = _position(mark[WATERMARK]) if mark else (-1, -1)
-    since = _since(mark)
+    since = shapes_since(mark)
     rows = _pending(spark, lake, table, after, frontier)
     summary = _summary(rows)
     if summary is not None and summary[2] is not None:  # the mirror starts over at a TRUNCATE:
@@ -182,7 +182,7 @@ def apply_table(
     return TableResult(table.qualified, changes)
 
 
-def _since(mark: dict[str, object] | None) -> int | None:
+def shapes_since(mark: dict[str, object] | None) -> int | None:
     """Where the mirror last started over (the start of the staged file that held its last
     TRUNCATE or reset marker), as its newest watermark records it."""
     value = mark.get(SINCE) if mark else None

@@ -26,7 +26,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg.connect import VALUE_SETTINGS
 from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
-from cdc_core.silver import SINCE, WATERMARK
+from cdc_core.silver import WATERMARK, shapes_since
 from cdc_core.silver_shape import TableShape, spark_type, table_shape
 from cdc_core.state import schema_history
 
@@ -37,9 +37,8 @@ def shape_of(lake: Lake, table: TableName, modes: TypeModes = DEFAULT_MODES) -> 
     """The mirror's shape as silver has it: from its schema history and where it last started
     over (the shapes-since mark its watermark carries)."""
     found = delta_log.newest_record(Path(lake.silver(table)), WATERMARK)
-    since = found[1].get(SINCE) if found else None
-    history = schema_history(lake, table.qualified)
-    return table_shape(history, modes, since=since if isinstance(since, int) else None)
+    since = shapes_since(found[1] if found else None)
+    return table_shape(schema_history(lake, table.qualified), modes, since=since)
 
 
 def _canonical(expr: Column, t: T.DataType) -> Column:
