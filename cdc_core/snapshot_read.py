@@ -35,7 +35,7 @@ from cdc_core.bronze import applied_end, ensure_bronze, record_schema
 from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.config import Dsn
 from cdc_core.envelope import BRONZE
-from cdc_core.errors import TransientError
+from cdc_core.errors import TerminalError, TransientError
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -173,6 +173,8 @@ def read_group(
             "snapshot": read.job_id,
             "table": read.table.qualified,
             "group": read.group,
+            "before": view.before.value,  # the read's place travels with its rows
+            "position": view.position.value,
             STAGED_END: str(applied_end(spark, lake)),
         }  # kept in reach of the history depth
         with committing(spark, metadata):
@@ -182,6 +184,8 @@ def read_group(
                 .save(lake.bronze)
             )  # fmt: skip
         count = _appended_rows(spark, lake, metadata)
+        if count is None:  # an earlier run's read of this group is what bronze holds
+            view, count = _landed_read(spark, lake, read, view)
     finally:
         coordinator.close()  # ends the transaction, and with it the exported snapshot
     return view, count, shape
@@ -257,16 +261,52 @@ def _union(frames: Sequence[DataFrame]) -> DataFrame:
     return out
 
 
-def _appended_rows(spark: SparkSession, lake: Lake, metadata: dict[str, object]) -> int:
-    """Rows the group's commit wrote: 0 when Delta skipped it (made by an earlier run)."""
+def _appended_rows(spark: SparkSession, lake: Lake, metadata: dict[str, object]) -> int | None:
+    """Rows the group's commit wrote; None when Delta skipped it (made by an earlier run). The
+    metadata names the read's WAL positions, so no other read's commit matches it."""
     newest = DeltaTable.forPath(spark, lake.bronze).history(1).first()
     if newest is None or not newest["userMetadata"]:
-        return 0
+        return None
     try:
         mine = json.loads(newest["userMetadata"]) == metadata
     except ValueError:
-        return 0
-    return int((newest["operationMetrics"] or {}).get("numOutputRows", 0)) if mine else 0
+        return None
+    return int((newest["operationMetrics"] or {}).get("numOutputRows", 0)) if mine else None
+
+
+def _landed_read(
+    spark: SparkSession, lake: Lake, read: GroupRead, view: ReadView
+) -> tuple[ReadView, int]:
+    """The place and row count of the read of this group that bronze holds: an earlier run
+    committed it and was killed before its job noted it, so Delta skipped this read's commit.
+    The job must take the earlier read's place, or the sweep after the snapshot would take
+    that read's rows (and rows streamed between the two reads) for rows the source lost."""
+    history = (
+        DeltaTable.forPath(spark, lake.bronze).history().select("userMetadata", "operationMetrics")
+    )
+    for row in history.where(F.col("userMetadata").contains(read.job_id)).collect():
+        try:
+            meta = json.loads(row["userMetadata"])
+        except ValueError:
+            continue
+        if (meta.get("snapshot"), meta.get("table"), meta.get("group")) != (
+            read.job_id, read.table.qualified, read.group,
+        ):  # fmt: skip
+            continue
+        rows = int((row["operationMetrics"] or {}).get("numOutputRows", 0))
+        if "before" not in meta or "position" not in meta:
+            break  # committed by a version that did not record its place
+        log.info("snapshot %s: %s group %d was committed by an earlier run; its read stands",
+                 read.job_id, read.table, read.group)  # fmt: skip
+        before, position = Lsn(int(meta["before"])), Lsn(int(meta["position"]))
+        return dataclasses.replace(view, before=before, position=position), rows
+    raise TerminalError(
+        f"snapshot {read.job_id}: bronze already holds group {read.group} of {read.table}, but "
+        "its commit (made by an earlier version) does not say where it was read, so the "
+        f"snapshot cannot finish safely: remove _state/snapshots/{read.job_id}.json under the "
+        f"lake root, then request a new one (cdc snapshot --pipeline {read.pipeline} --table "
+        f"{read.table.qualified})"
+    )
 
 
 def _envelopes(rows: DataFrame, read: GroupRead, view: ReadView) -> DataFrame:

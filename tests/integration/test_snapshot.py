@@ -192,6 +192,41 @@ def test_killed_snapshot_rereads_at_most_the_group_in_flight(
     assert reads_df.groupBy("source_table", "key").count().where("count > 1").count() == 0
 
 
+def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Killed after a group reached bronze and before the job noted it: the rerun reads the
+    group again and Delta skips that commit, so bronze keeps the first read. The job must keep
+    the first read's place too, or the sweep deletes the rows streamed between the two reads
+    (the loss `make crash` seed 20261124 found)."""
+    dsn = pg.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t_reread (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t_reread SELECT i * 10, 'r' || i FROM generate_series(1, 300) i")
+    table = TableName("public", "t_reread")
+    p = make_pipeline(tmp_path, dsn, [table.qualified], snapshot="initial",
+                      snapshot_extra="chunk.size: 100\nmax.threads: 8\n")  # one group
+    killed = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
+        env=p.env() | {"CDC_FAULT": "snapshot.chunk_read@1"}, cwd=p.home, capture_output=True,
+        text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert only_job(p).tables[0].groups_done == 0
+    assert _committed_groups(spark, p) == {table.qualified: {0}}  # landed, not noted
+    with psycopg.connect(dsn, autocommit=True) as conn:  # between the two reads
+        conn.execute("INSERT INTO t_reread SELECT i * 10 + 5, 'late' FROM generate_series(1, 20) i")
+        conn.execute("UPDATE t_reread SET v = 'changed' WHERE id <= 100")
+
+    ingest(p)
+    ingest(p)
+    job = only_job(p)
+    assert job.finished, job.to_json()
+    assert assert_mirror_equals_source(spark, p.lake, dsn, table) == 320
+    reads = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
+    assert reads.count() == 300  # the first read's rows, once
+
+
 def _wait_for_groups(p: Pipeline, proc: subprocess.Popen[str], *, at_least: int) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
