@@ -129,7 +129,12 @@ def _snapshot(args: argparse.Namespace) -> int:
             problem = condition_problem(conn, table, args.where)
         if problem:
             raise UsageError(f"cdc snapshot: {problem}")
-    path = request_snapshot(Lake(config.pipeline.target.root), table, args.where, args.blocking)
+    path = request_snapshot(
+        Lake.of(config.pipeline.target.root, config.env.spark.conf),
+        table,
+        args.where,
+        args.blocking,
+    )
     kind = "blocking" if args.blocking else "incremental"
     print(f"{kind} snapshot of {table} requested ({path}); the next run of pipeline "
           f"{args.pipeline} reads it")  # fmt: skip
@@ -159,7 +164,9 @@ def _validate(args: argparse.Namespace) -> int:
     from cdc_core.validate import Options, validate
     from cdc_core.validate_report import format_json, format_report
 
-    spark = build_spark(config.env.spark, f"cdc-validate-{config.pipeline.name}")
+    spark = build_spark(
+        config.env.spark, f"cdc-validate-{config.pipeline.name}", root=config.pipeline.target.root
+    )
     options = Options(tuple(tables), args.settle, args.max_keys, quality=not args.no_quality)
     report = validate(config, spark, options)
     print(format_json(report) if args.json else format_report(report))

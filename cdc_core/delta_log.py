@@ -1,4 +1,4 @@
-"""Read a local Delta table's transaction log in pure Python, for `cdc status` (no JVM).
+"""Read a Delta table's transaction log in pure Python (local or on an object store), no JVM.
 
 Starting Spark takes longer than everything else `cdc status` does, and a status must also work
 while Spark is what is broken. The log holds what status needs: the live files with their row
@@ -12,12 +12,12 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
 from cdc_core.errors import TerminalError
+from cdc_core.storage import Location, arrow
 
 HISTORY_DEPTH = 200  # commits searched for the newest watermark, as lake_state.read_watermark
 _COMMIT = re.compile(r"(\d{20})\.json")
@@ -37,7 +37,7 @@ class TableState:
     rows: int | None  # None when a live file has no numRecords statistic
 
 
-def read_table(path: Path) -> TableState | None:
+def read_table(path: Location) -> TableState | None:
     """The table at `path` from its newest checkpoint and the commits after it; None when there
     is no table there yet."""
     log = path / "_delta_log"
@@ -67,7 +67,9 @@ def read_table(path: Path) -> TableState | None:
     return TableState(version, len(live), _row_count(live.values()))
 
 
-def newest_metadata(path: Path, key: str, depth: int = HISTORY_DEPTH) -> dict[str, object] | None:
+def newest_metadata(
+    path: Location, key: str, depth: int = HISTORY_DEPTH
+) -> dict[str, object] | None:
     """The newest commit `userMetadata` of the table at `path` that is a JSON object holding
     `key` (a stage's watermark), among the newest `depth` commits; None when there is none."""
     found = newest_record(path, key, depth)
@@ -75,7 +77,7 @@ def newest_metadata(path: Path, key: str, depth: int = HISTORY_DEPTH) -> dict[st
 
 
 def newest_record(
-    path: Path, key: str, depth: int = HISTORY_DEPTH
+    path: Location, key: str, depth: int = HISTORY_DEPTH
 ) -> tuple[int, dict[str, object]] | None:
     """(commits after it, metadata) of the newest commit among the newest `depth` whose
     `userMetadata` is a JSON object holding `key`; None when there is none. Reads only those
@@ -101,7 +103,7 @@ def newest_record(
     return None
 
 
-def partitions_written(path: Path, after: int, upto: int, column: str) -> set[str] | None:
+def partitions_written(path: Location, after: int, upto: int, column: str) -> set[str] | None:
     """The values of partition column `column` that commits `after`+1..`upto` added or removed
     files in; None when it cannot be told (a commit file gone, or a commit that changes the
     table's metadata), so the caller assumes every partition was written."""
@@ -119,7 +121,7 @@ def partitions_written(path: Path, after: int, upto: int, column: str) -> set[st
     return found
 
 
-def newest_version(path: Path) -> int | None:
+def newest_version(path: Location) -> int | None:
     """The table's newest commit version, None when there is no table. Starts from the
     `_last_checkpoint` hint and probes the commits after it, so a long-lived table's log (a
     commit per batch) is not listed; the hint may lag behind but never runs ahead, and
@@ -133,7 +135,7 @@ def newest_version(path: Path) -> int | None:
     return version
 
 
-def _hinted_checkpoint(log: Path) -> int | None:
+def _hinted_checkpoint(log: Location) -> int | None:
     try:
         hint = json.loads((log / "_last_checkpoint").read_text())
         version = int(hint["version"])
@@ -144,7 +146,7 @@ def _hinted_checkpoint(log: Path) -> int | None:
     return version if any(log.glob(f"{version:020d}.checkpoint*.parquet")) else None
 
 
-def _versions(log: Path) -> Iterator[int]:
+def _versions(log: Location) -> Iterator[int]:
     if not log.is_dir():
         return
     for child in log.iterdir():
@@ -153,22 +155,24 @@ def _versions(log: Path) -> Iterator[int]:
             yield int(m.group(1))
 
 
-def _newest_checkpoint(log: Path) -> tuple[int, list[Path]]:
+def _newest_checkpoint(log: Location) -> tuple[int, list[Location]]:
     """The newest complete checkpoint (single or multi-part): its version and files, or -1.
     The directory is listed rather than trusting `_last_checkpoint`, which may lag behind."""
-    found: dict[tuple[int, int], list[Path]] = {}
+    found: dict[tuple[int, int], list[Location]] = {}
     for child in log.iterdir():
         m = _CHECKPOINT.fullmatch(child.name)
         if m:
             version, total = int(m.group(1)), int(m.group(3) or 1)
             found.setdefault((version, total), []).append(child)
-    complete = [(v, sorted(files)) for (v, n), files in found.items() if len(files) == n]
-    return max(complete, default=(-1, []))
+    complete = [(v, sorted(files, key=lambda f: f.name))
+                for (v, n), files in found.items() if len(files) == n]  # fmt: skip
+    return max(complete, key=lambda c: (c[0], len(c[1])), default=(-1, []))
 
 
-def _checkpoint_adds(path: Path) -> Iterator[dict[str, Any]]:
+def _checkpoint_adds(path: Location) -> Iterator[dict[str, Any]]:
     try:
-        column = pq.read_table(path, columns=["add"]).column("add")
+        where, fs = arrow(path)
+        column = pq.read_table(where, columns=["add"], filesystem=fs).column("add")
     except (OSError, KeyError, ValueError) as e:
         raise DeltaLogError(f"{path}: cannot read the checkpoint ({e})") from e
     for add in column.to_pylist():
@@ -176,7 +180,7 @@ def _checkpoint_adds(path: Path) -> Iterator[dict[str, Any]]:
             yield add
 
 
-def _actions(log: Path, version: int) -> Iterator[dict[str, Any]]:
+def _actions(log: Location, version: int) -> Iterator[dict[str, Any]]:
     path = log / f"{version:020d}.json"
     try:
         lines = path.read_text().splitlines()

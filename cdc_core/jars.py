@@ -27,6 +27,7 @@ from cdc_core.errors import SetupError
 
 POSTGRES_JDBC = "org.postgresql:postgresql:42.7.8"
 SCALA_BINARY = "2.13"  # Spark 4 is built for Scala 2.13 only
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws"  # Hadoop's s3a:// connector (brings the AWS SDK v2)
 _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^/]*)\.jar$")
 
 
@@ -44,6 +45,38 @@ def delta_coordinate() -> str:
 def default_coordinates(extra: Iterable[str] = ()) -> list[str]:
     """Delta matching the installed PySpark, the PostgreSQL JDBC driver, then `extra`."""
     return [delta_coordinate(), POSTGRES_JDBC, *extra]
+
+
+def hadoop_version() -> str:
+    """The Hadoop client Spark ships: the version in its `jars/hadoop-client-api-<v>.jar`."""
+    names = sorted(j.name for j in (spark_home() / "jars").glob("hadoop-client-api-*.jar"))
+    versions = [m.group("version") for m in map(_JAR_NAME.match, names) if m]
+    if len(versions) != 1:
+        raise SetupError(
+            f"cannot tell the Hadoop version of the Spark in {spark_home()}: expected one "
+            f"jars/hadoop-client-api-<version>.jar, found {names or 'none'}"
+        )
+    return versions[0]
+
+
+def hadoop_aws_coordinate() -> str:
+    """`org.apache.hadoop:hadoop-aws:<v>` for the Hadoop client the installed PySpark ships (it
+    must be that very version: another one fails at run time with NoSuchMethodError)."""
+    return f"{HADOOP_AWS}:{hadoop_version()}"
+
+
+def with_hadoop_aws(coordinates: Iterable[str]) -> list[str]:
+    """`coordinates` and, unless already listed, the s3a connector matching Spark's Hadoop.
+    A listed hadoop-aws of another version is refused rather than left to fail in a job."""
+    wanted = hadoop_aws_coordinate()
+    listed = list(coordinates)
+    for coordinate in listed:
+        if coordinate.rsplit(":", 1)[0] == HADOOP_AWS and coordinate != wanted:
+            raise SetupError(
+                f"spark.packages lists {coordinate}, but this Spark ships Hadoop "
+                f"{hadoop_version()}: use {wanted} (or leave it out: it is added for s3a://)"
+            )
+    return listed if wanted in listed else [*listed, wanted]
 
 
 def cache_root() -> Path:
@@ -86,7 +119,7 @@ def resolve(coordinates: Sequence[str], *, quiet: bool = False) -> list[Path]:
         out = work / "jars"
         out.mkdir()
         for jar in kept:
-            shutil.copy2(jar, out / jar.name)
+            _place(jar, out / jar.name)
         manifest = {"coordinates": list(coordinates), "jars": sorted(j.name for j in kept)}
         (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
         try:
@@ -100,6 +133,15 @@ def resolve(coordinates: Sequence[str], *, quiet: bool = False) -> list[Path]:
     if result is None:
         raise SetupError(f"jar cache {target} is incomplete: delete it and run again")
     return result
+
+
+def _place(jar: Path, target: Path) -> None:
+    """A hard link when it can (the resolvers download under the cache's own work directory,
+    and the AWS SDK bundle hadoop-aws needs is 612 MiB), else a copy."""
+    try:
+        os.link(jar, target)
+    except OSError:
+        shutil.copy2(jar, target)
 
 
 def _read_manifest(folder: Path) -> list[Path] | None:
@@ -176,10 +218,17 @@ def _with_spark_ivy(coordinates: Sequence[str], work: Path) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Resolve and cache the jars Spark needs.")
     parser.add_argument("--quiet", action="store_true", help="print nothing on success")
+    parser.add_argument(
+        "--s3a", action="store_true",
+        help="also the s3a:// connector (hadoop-aws matching Spark's Hadoop, about 650 MB)",
+    )  # fmt: skip
     parser.add_argument("packages", nargs="*", help="extra group:artifact:version coordinates")
     args = parser.parse_args(argv)
     try:
-        jars = resolve(default_coordinates(args.packages), quiet=args.quiet)
+        coordinates = default_coordinates(args.packages)
+        if args.s3a:
+            coordinates = with_hadoop_aws(coordinates)
+        jars = resolve(coordinates, quiet=args.quiet)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

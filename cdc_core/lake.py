@@ -2,35 +2,57 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_core.identifiers import TableName
+from cdc_core.storage import OBJECT_SCHEMES, Location, S3Options, location
 
 
 @dataclass(frozen=True)
 class Lake:
-    """Where each stage reads and writes, for one pipeline."""
+    """Where each stage reads and writes, for one pipeline. `options`: how to reach the object
+    store when `root` is on one (`Lake.of` reads them from the environment's Spark settings)."""
 
     root: str
+    options: S3Options | None = None
+
+    @classmethod
+    def of(cls, root: str, spark_conf: Mapping[str, str]) -> Lake:
+        """The lake at `root`, with the object store settings of `spark_conf` (if it is on one)."""
+        scheme, sep, rest = root.partition("://")
+        if sep and scheme in OBJECT_SCHEMES:
+            bucket = rest.strip("/").partition("/")[0]
+            return cls(root, S3Options.from_spark_conf(spark_conf, bucket))
+        return cls(root)
 
     @property
-    def staging(self) -> Path:
-        return Path(self.root) / "_staging"
+    def home(self) -> Location:
+        """The root as a location for the driver's own file operations."""
+        return location(self.root, self.options)
+
+    def place(self, uri: str) -> Location:
+        """A location under the lake (a Delta table's folder, say) for file operations."""
+        return location(uri, self.options)
 
     @property
-    def changes(self) -> Path:
+    def staging(self) -> Location:
+        return self.home / "_staging"
+
+    @property
+    def changes(self) -> Location:
         """Staged change files, named by LSN range."""
         return self.staging / "changes"
 
     @property
-    def staging_tmp(self) -> Path:
+    def staging_tmp(self) -> Location:
         """Files being written; never read, removed at the start of a run."""
         return self.staging / "tmp"
 
     @property
-    def state(self) -> Path:
-        return Path(self.root) / "_state"
+    def state(self) -> Location:
+        return self.home / "_state"
 
     @property
     def bronze(self) -> str:

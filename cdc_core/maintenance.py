@@ -1,6 +1,7 @@
 """Beside the stages: compaction and VACUUM of every Delta table, applied staged files, retention.
 
-Safe while ingest runs. Each change to a Delta table is one Delta transaction, so a reader sees
+Safe while ingest runs on a local or mounted lake (on an object store it takes the run lock,
+see `maintain`). Each change to a Delta table is one Delta transaction, so a reader sees
 the table before or after it; when a concurrent ingest commit conflicts, the loser fails whole
 (an ingest stage resumes on its next run, maintenance reports the table and exits 75). Outside
 Delta it removes only staged files bronze already holds. Bronze retention deletes a table's
@@ -20,7 +21,6 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from delta.exceptions.captured import (  # its import makes PySpark raise these, not Py4JJavaError
     ConcurrentAppendException,
@@ -46,11 +46,13 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import HISTORY_DEPTH, committing, read_watermark, watermark_depth
 from cdc_core.lsn import Lsn
+from cdc_core.run_lock import run_lock
 from cdc_core.silver import WATERMARK as SILVER_WATERMARK
 from cdc_core.silver_batch import after_position
 from cdc_core.silver_table import sql_name
 from cdc_core.spark import build_spark
 from cdc_core.stager import staged_files
+from cdc_core.storage import Location, is_local
 
 log = logging.getLogger("cdc_core.maintenance")
 
@@ -156,11 +158,20 @@ class MaintenanceSummary:
 
 def maintain(config: Config) -> MaintenanceSummary:
     """Staged files, then bronze (retention, compaction, VACUUM), each silver mirror and the
-    transactions table (compaction, VACUUM)."""
+    transactions table (compaction, VACUUM). On an object store it holds the pipeline's run
+    lock: Delta's S3 log store is safe for one writing process only, so maintenance waits for
+    ingest to finish (exit 75 while it runs) rather than racing its commits."""
+    lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+    if is_local(lake.state):
+        return _maintain(config, lake)
+    with run_lock(lake, config.pipeline.name):
+        return _maintain(config, lake)
+
+
+def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
     started = time.monotonic()
     pipeline, settings = config.pipeline, config.pipeline.maintenance
-    lake = Lake(pipeline.target.root)
-    spark = build_spark(config.env.spark, f"cdc-maintain-{pipeline.name}")
+    spark = build_spark(config.env.spark, f"cdc-maintain-{pipeline.name}", root=lake.root)
     run = RunSettings.of(spark, config)
     staged = remove_applied_staged(lake, applied_end(spark, lake), settings.staged_retention_hours)
     retention = None
@@ -332,7 +343,7 @@ def remove_applied_staged(lake: Lake, applied: Lsn, retention_hours: int) -> Sta
     return StagedReport(removed, pending, recent)
 
 
-def _older(path: Path, cutoff: float) -> bool:
+def _older(path: Location, cutoff: float) -> bool:
     try:
         return path.stat().st_mtime < cutoff
     except FileNotFoundError:

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
 from cdc_core.state import write_text
+from cdc_core.storage import Location, ObjectPath, arrow
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,8 +32,10 @@ if TYPE_CHECKING:
 _TAIL_BYTES = 64 << 10  # a batch line is far smaller
 
 
-def batches_file(lake: Lake) -> Path:
-    return lake.state / "batches.jsonl"
+def batches_file(lake: Lake) -> Location:
+    """One line per batch; on an object store (no appends) a folder of one object per batch."""
+    state = lake.state
+    return state / "batches.jsonl" if isinstance(state, Path) else state / "batches"
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,15 @@ class Freshness:
         return cls(p50, p99, pc.max(lag).as_py(), newest)
 
 
-def freshness(staged: Sequence[Path], visible_us: int) -> Freshness:
+def freshness(staged: Sequence[Location], visible_us: int) -> Freshness:
     """Freshness of the changes in `staged` files, all visible in silver at `visible_us`."""
     if not staged:
         return Freshness()
-    times = pa.chunked_array(
-        [pq.read_table(p, columns=["commit_time_us"])["commit_time_us"] for p in staged]
-    ).combine_chunks()
+    columns = []
+    for p in staged:
+        where, fs = arrow(p)
+        columns.append(pq.read_table(where, columns=["commit_time_us"], filesystem=fs))
+    times = pa.chunked_array([c["commit_time_us"] for c in columns]).combine_chunks()
     return Freshness.of(times, visible_us)
 
 
@@ -85,6 +90,8 @@ def iso(us: int) -> str:
 def last_batch(lake: Lake) -> dict[str, Any] | None:
     """The newest batch line, or None."""
     path = batches_file(lake)
+    if isinstance(path, ObjectPath):
+        return _BatchObjects(path).last()
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -105,6 +112,9 @@ def last_batch(lake: Lake) -> dict[str, Any] | None:
 def record_batch(lake: Lake, record: dict[str, Any]) -> None:
     """Append one batch line, durably."""
     path = batches_file(lake)
+    if isinstance(path, ObjectPath):
+        _BatchObjects(path).record(record)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
@@ -154,7 +164,7 @@ def prometheus_text(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def prometheus_file(lake: Lake) -> Path:
+def prometheus_file(lake: Lake) -> Location:
     return lake.state / "metrics.prom"
 
 
@@ -241,6 +251,8 @@ def batch_lines_after(lake: Lake, batch: int) -> list[dict[str, Any]]:
     """The batch lines numbered above `batch`, oldest first; reads the file from its end, so a
     long-lived pipeline's history is not read again."""
     path = batches_file(lake)
+    if isinstance(path, ObjectPath):
+        return _BatchObjects(path).after(batch)
     try:
         f = path.open("rb")
     except FileNotFoundError:
@@ -272,3 +284,44 @@ def _parsed(line: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None  # an empty line, or one cut by a crash mid-write
     return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class _BatchObjects:
+    """The batch lines on an object store, which cannot append: `<batch>.json` per batch (batch
+    numbers follow each other) and `latest.json` naming the newest. Objects are probed by name
+    from the pointer on, so a crash between a batch object and the pointer heals, and nothing
+    lists a long history."""
+
+    folder: ObjectPath
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.folder / name).read_bytes())
+        except FileNotFoundError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _newest(self) -> int:
+        pointer = self._read("latest.json")
+        n = int(pointer["batch"]) if pointer else 0
+        while (self.folder / f"{n + 1:012d}.json").exists():
+            n += 1
+        return n
+
+    def last(self) -> dict[str, Any] | None:
+        n = self._newest()
+        return self._read(f"{n:012d}.json") if n else None
+
+    def record(self, record: dict[str, Any]) -> None:
+        n = int(record["batch"])
+        write_text(self.folder / f"{n:012d}.json", json.dumps(record, sort_keys=True))
+        write_text(self.folder / "latest.json", json.dumps({"batch": n}))
+
+    def after(self, batch: int) -> list[dict[str, Any]]:
+        found = []
+        for n in range(batch + 1, self._newest() + 1):
+            record = self._read(f"{n:012d}.json")
+            if record is not None:
+                found.append(record)
+        return found

@@ -96,7 +96,7 @@ def run(config: Config, options: RunOptions) -> RunSummary:
     """A run of a pipeline: one batch, or (`--continuous`) batches until SIGTERM or SIGINT.
     Raises `CdcError` subclasses whose type says whether to retry; `RunLockedError` (exit 75)
     when another run of the pipeline is under way."""
-    lake = Lake(config.pipeline.target.root)
+    lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     with run_lock(lake, config.pipeline.name):  # held to the end, released even on failure
         return _run(config, lake, options)
 
@@ -119,7 +119,7 @@ def _run(config: Config, lake: Lake, options: RunOptions) -> RunSummary:
         return RunSummary(pipeline.name, lake.root, captured, None, (), time.monotonic() - started)
     from cdc_core.spark import SessionStarting  # the JVM starts once the source is known good
 
-    spark = SessionStarting(config.env.spark, f"cdc-{pipeline.name}")  # while the slot is read
+    spark = SessionStarting(config.env.spark, f"cdc-{pipeline.name}", root=lake.root)  # meanwhile
     totals = Totals()
     if not options.continuous:
         return batch(spark, config, lake, totals)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from pathlib import Path
 from cdc_core.errors import TerminalError, TransientError
 from cdc_core.lake import Lake
 from cdc_core.state import write_json
+from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.run_lock")
 
@@ -86,11 +88,17 @@ class Holder:
 
 def lock_file(lake: Lake) -> Path:
     """The file the run lock is taken on; it stays (removing it would let two runs lock two
-    different files)."""
-    return lake.state / "run.lock"
+    different files). An object store has no locks: a lake there is locked on the driver's
+    host (`CDC_LOCK_DIR`, default ~/.cache/cdc-lake/locks), and only its holder object is
+    shared, so a run on another host is seen (the takeover warning) but not refused."""
+    state = lake.state
+    if isinstance(state, Path):
+        return state / "run.lock"
+    folder = Path(os.environ.get("CDC_LOCK_DIR") or Path.home() / ".cache" / "cdc-lake" / "locks")
+    return folder / f"{hashlib.sha256(lake.root.encode()).hexdigest()[:16]}.lock"
 
 
-def holder_file(lake: Lake) -> Path:
+def holder_file(lake: Lake) -> Location:
     """Who holds the run lock; present while a run holds it, or after a run died holding it."""
     return lake.state / "run.holder.json"
 

@@ -115,7 +115,7 @@ def load_jobs(lake: Lake) -> list[SnapshotJob]:
     """Every job, oldest first."""
     folder = snapshots_dir(lake)
     jobs = (
-        [SnapshotJob.from_json(read_json(p)) for p in sorted(folder.glob("*.json"))]
+        [SnapshotJob.from_json(read_json(p)) for p in folder.glob("*.json")]
         if folder.is_dir()
         else []
     )

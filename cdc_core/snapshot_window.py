@@ -28,6 +28,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.stager import StagedFile, staged_files
+from cdc_core.storage import arrow
 
 _XID_SPAN = 1 << 32
 _HALF = _XID_SPAN // 2
@@ -134,7 +135,8 @@ def _window_changes(
         ("commit_lsn", "<", view.position.value),
         ("relation_oid", "in", oids),
     ]
-    rows = pq.read_table(lake.changes / str(staged), filters=window)
+    where, fs = arrow(lake.changes / str(staged))
+    rows = pq.read_table(where, filters=window, filesystem=fs)
     if not rows.num_rows:
         return []
     rows = rows.append_column("_file", pa.array([str(staged)] * rows.num_rows, pa.string()))

@@ -1,9 +1,10 @@
 """The one place that builds a SparkSession: Delta extensions, the product's jars, env settings.
 
 With `spark.jars: resolve` the Delta and PostgreSQL JDBC jars come from `cdc_core.jars` (Maven
-Central once, then a local cache). Launched by plain `python`, they go on the command line of
-the JVM PySpark starts. Under `spark-submit` the JVM already runs, so they are added to its
-driver class loader before the SparkContext exists, and shipped to executors with
+Central once, then a local cache), and Hadoop's s3a connector too when the lake is on s3a:// or
+the environment sets `spark.hadoop.fs.s3a.*`. Launched by plain `python`, they go on the command
+line of the JVM PySpark starts. Under `spark-submit` the JVM already runs, so they are added to
+its driver class loader before the SparkContext exists, and shipped to executors with
 `spark.jars`. With `spark.jars: provided` (Databricks) nothing is added.
 """
 
@@ -22,13 +23,14 @@ from pyspark.sql import SparkSession
 
 from cdc_core.config import SparkSettings
 from cdc_core.errors import SetupError, text_of
-from cdc_core.jars import default_coordinates, resolve
+from cdc_core.jars import default_coordinates, hadoop_aws_coordinate, resolve, with_hadoop_aws
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+S3A_SETTINGS = "spark.hadoop.fs.s3a."
 
 # Settings the product relies on, whatever the environment says.
 _RUNTIME = {
@@ -37,15 +39,35 @@ _RUNTIME = {
 }
 
 
-def build_spark(settings: SparkSettings, app_name: str = "cdc") -> SparkSession:
-    """The session for `settings`; an already active session (notebook, test) is reused."""
+def build_spark(
+    settings: SparkSettings, app_name: str = "cdc", *, root: str | None = None
+) -> SparkSession:
+    """The session for `settings`; an already active session (notebook, test) is reused.
+    `root`, the lake's, adds the s3a connector when it is an s3a:// location."""
     session = SparkSession.getActiveSession()
     if session is None:
-        session = _new_session(settings, app_name)
+        session = _new_session(settings, app_name, root)
     for key, value in _RUNTIME.items():
         session.conf.set(key, value)
     _require_delta(session, settings)
+    if uses_s3a(settings, root):
+        _require_s3a(session, settings)
     return session
+
+
+def uses_s3a(settings: SparkSettings, root: str | None = None) -> bool:
+    """Whether a session needs Hadoop's s3a connector: the lake's root is s3a://, or the
+    environment configures the connector (spark.hadoop.fs.s3a.*)."""
+    return (root or "").startswith("s3a://") or any(
+        k.startswith(S3A_SETTINGS) for k in settings.conf
+    )
+
+
+def coordinates_for(settings: SparkSettings, root: str | None = None) -> list[str]:
+    """The Maven coordinates `spark.jars: resolve` adds: Delta, the JDBC driver, the
+    environment's `spark.packages`, and hadoop-aws matching Spark's Hadoop when s3a is used."""
+    coordinates = default_coordinates(settings.packages)
+    return with_hadoop_aws(coordinates) if uses_s3a(settings, root) else coordinates
 
 
 class SessionStarting:
@@ -54,18 +76,20 @@ class SessionStarting:
     waits for the session (or raises what building it raised). Daemon: a run that fails
     before it needs Spark exits at once, and PySpark's JVM ends with its parent."""
 
-    def __init__(self, settings: SparkSettings, app_name: str = "cdc") -> None:
+    def __init__(
+        self, settings: SparkSettings, app_name: str = "cdc", *, root: str | None = None
+    ) -> None:
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._active_in: int | None = None  # the thread the session was made active in
         self._thread = threading.Thread(
-            target=self._build, args=(settings, app_name), name="spark-start", daemon=True
+            target=self._build, args=(settings, app_name, root), name="spark-start", daemon=True
         )
         self._thread.start()
 
-    def _build(self, settings: SparkSettings, app_name: str) -> None:
+    def _build(self, settings: SparkSettings, app_name: str, root: str | None) -> None:
         try:
-            self._session = build_spark(settings, app_name)
+            self._session = build_spark(settings, app_name, root=root)
         except BaseException as e:  # handed to the thread that asks for the session
             self._error = e
 
@@ -121,11 +145,11 @@ def _launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def _new_session(settings: SparkSettings, app_name: str) -> SparkSession:
+def _new_session(settings: SparkSettings, app_name: str, root: str | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
     jars: list[Path] = []
     if settings.jars == "resolve":
-        jars = resolve(default_coordinates(settings.packages))
+        jars = resolve(coordinates_for(settings, root))
     submitted = _launched_by_spark_submit()
     if not submitted:
         builder = builder.master(settings.master)
@@ -177,6 +201,36 @@ def delta_available(session: SparkSession) -> bool:
             return False
         raise
     return True
+
+
+def s3a_available(session: SparkSession) -> bool:
+    """Whether Hadoop in the driver JVM has a file system for s3a:// (the class `fs.s3a.impl`
+    names: hadoop-aws's S3AFileSystem, or a platform's own, shaded one)."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None
+    conf = session.sparkContext._jsc.hadoopConfiguration()
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass("s3a", conf)
+    except Exception as e:  # py4j wraps the Java exception
+        if "ClassNotFoundException" in str(e) or "UnsupportedFileSystemException" in str(e):
+            return False
+        raise
+    return True
+
+
+def _require_s3a(session: SparkSession, settings: SparkSettings) -> None:
+    if s3a_available(session):
+        return
+    if settings.jars == "provided":
+        raise SetupError(
+            "the lake is on s3a:// but Hadoop's s3a connector is not on this cluster's classpath "
+            f"although spark.jars is 'provided': install {hadoop_aws_coordinate()} (and the AWS "
+            "SDK bundle it depends on) on the cluster, or set spark.jars: resolve"
+        )
+    raise SetupError(
+        "Hadoop's s3a connector did not load into Spark: the session was created before the "
+        "jars were added; build it with cdc_core.spark.build_spark before any other SparkSession"
+    )
 
 
 def _require_delta(session: SparkSession, settings: SparkSettings) -> None:

@@ -11,12 +11,10 @@ A large transaction is written in row groups as it arrives, so it never sits in 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +24,7 @@ from cdc_core import faults
 from cdc_core.errors import TerminalError
 from cdc_core.events import ChangeChunk, ChangeOp, RelationDescriptor
 from cdc_core.lsn import Lsn
+from cdc_core.storage import Location, arrow, publish
 
 FORMAT_VERSION = 1
 METADATA_KEY = b"cdc"
@@ -74,7 +73,7 @@ class StagedFile:
         return self.id + self.SUFFIX
 
 
-def staged_files(folder: Path) -> list[StagedFile]:
+def staged_files(folder: Location) -> list[StagedFile]:
     """Every published file, in LSN order."""
     if not folder.is_dir():
         return []
@@ -87,16 +86,17 @@ def staged_files(folder: Path) -> list[StagedFile]:
     return sorted(found)
 
 
-def read_metadata(path: Path) -> dict[str, object]:
+def read_metadata(path: Location) -> dict[str, object]:
     """The `cdc` footer metadata of a staged file."""
-    meta = pq.read_metadata(path).metadata or {}
+    where, fs = arrow(path)
+    meta = pq.read_metadata(where, filesystem=fs).metadata or {}
     if METADATA_KEY not in meta:
         raise TerminalError(f"{path} has no cdc metadata: it is not a staged change file")
     data: dict[str, object] = json.loads(meta[METADATA_KEY])
     return data
 
 
-def relations_of(path: Path) -> dict[tuple[int, int], RelationDescriptor]:
+def relations_of(path: Location) -> dict[tuple[int, int], RelationDescriptor]:
     """The Relation descriptors of a staged file, by (oid, version)."""
     raw = read_metadata(path)["relations"]
     assert isinstance(raw, list)
@@ -113,12 +113,14 @@ class LargestChange:
     table: str  # schema.table, or "a logical message"
 
 
-def largest_change(folder: Path, files: Sequence[StagedFile]) -> LargestChange | None:
+def largest_change(folder: Location, files: Sequence[StagedFile]) -> LargestChange | None:
     """The largest change in `files` (reads their messages: for error messages, not a hot path)."""
     found: LargestChange | None = None
     for f in files:
         path = folder / str(f)
-        table = pq.read_table(path, columns=["lsn", "relation_oid", "relation_version", "message"])
+        where, fs = arrow(path)
+        columns = ["lsn", "relation_oid", "relation_version", "message"]
+        table = pq.read_table(where, columns=columns, filesystem=fs)
         if not table.num_rows:
             continue
         sizes = pc.binary_length(table["message"])
@@ -148,8 +150,8 @@ class Stager:
 
     def __init__(
         self,
-        folder: Path,
-        tmp: Path,
+        folder: Location,
+        tmp: Location,
         *,
         limits: Limits = Limits(),
         compression: str = "zstd",
@@ -171,7 +173,7 @@ class Stager:
         self._columns: dict[str, list[object]] = {f.name: [] for f in SCHEMA}
         self._buffered = self._buffered_bytes = 0
         self._writer: pq.ParquetWriter | None = None
-        self._path: Path | None = None
+        self._path: Location | None = None
         self._file_start: int | None = None
         self._file_rows = self._file_bytes = self._transactions = 0
         self._file_relations: set[tuple[int, int]] = set()
@@ -245,7 +247,10 @@ class Stager:
         if self._writer is None:
             self.tmp.mkdir(parents=True, exist_ok=True)
             self._path = self.tmp / f"{uuid.uuid4().hex}.parquet"
-            self._writer = pq.ParquetWriter(self._path, SCHEMA, compression=self.compression)
+            where, fs = arrow(self._path)
+            self._writer = pq.ParquetWriter(
+                where, SCHEMA, compression=self.compression, filesystem=fs
+            )
         arrays = {f.name: pa.array(self._columns[f.name], f.type) for f in SCHEMA if f.name != "op"}
         first_bytes = pc.cast(pc.binary_slice(arrays["message"], 0, 1), pa.string())
         arrays["op"] = _OPS.take(pc.index_in(first_bytes, value_set=_PG_KINDS))
@@ -267,11 +272,8 @@ class Stager:
         staged = StagedFile(Lsn(self._file_start), self.last_end)
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps(self._metadata(staged))})
         self._writer.close()
-        _fsync(self._path)
         faults.point("stager.before_publish")
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.rename(self._path, self.folder / str(staged))
-        _fsync(self.folder)
+        publish(self._path, self.folder / str(staged))  # fsynced, then renamed (or copied)
         faults.point("stager.after_publish")
         self.published_end = self.clean_end = staged.end
         self.published.append(staged)
@@ -304,15 +306,8 @@ class Stager:
         self._reset_file()
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def iter_rows(path: Path) -> Iterator[dict[str, object]]:
+def iter_rows(path: Location) -> Iterator[dict[str, object]]:
     """Every staged change of a file as a dict (tests and tools; not a hot path)."""
-    for batch in pq.ParquetFile(path).iter_batches():
+    where, fs = arrow(path)
+    for batch in pq.ParquetFile(where, filesystem=fs).iter_batches():
         yield from batch.to_pylist()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 
@@ -19,7 +18,7 @@ from cdc_core.config import Config
 from cdc_core.drift import Drift, catalog_entries, drifts
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
-from cdc_core.lake import Lake, local_path
+from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.catalog import table_columns, table_info
 from cdc_core.pg.connect import connect
@@ -39,6 +38,7 @@ from cdc_core.state import (
     stream_file,
     write_json,
 )
+from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.start")
 
@@ -54,7 +54,7 @@ class RunStart:
     reset: bool = False  # a mirror starts over (a recreated table): every mirror is looked at
 
 
-def requests_dir(lake: Lake) -> Path:
+def requests_dir(lake: Lake) -> Location:
     return lake.state / "requests"
 
 
@@ -213,11 +213,8 @@ def _rebuild_if_dropped(conn: Conn, lake: Lake, table: TableName) -> None:
     gone (dropped to rebuild it, as a stopped mirror's error says): a reset marker before the
     snapshot's windows, so the mirror is built from the snapshot on, not from every change
     bronze ever held (whose older shapes it may no longer be able to take)."""
-    local = local_path(lake.silver(table))
-    if (
-        local is None
-        or (local / "_delta_log").is_dir()
-        or not schema_history(lake, table.qualified)
+    if (lake.place(lake.silver(table)) / "_delta_log").is_dir() or not schema_history(
+        lake, table.qualified
     ):
         return
     conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (RESET_PREFIX, table.qualified))
@@ -284,7 +281,7 @@ def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest) -> None:
         log.info("snapshot %s stopped by signal %s", job.id, signal.signal_id)
 
 
-def request_snapshot(lake: Lake, table: TableName, where: str | None, blocking: bool) -> Path:
+def request_snapshot(lake: Lake, table: TableName, where: str | None, blocking: bool) -> Location:
     """Queue a snapshot of `table` for the pipeline's next run (`cdc snapshot`)."""
     import time
 
@@ -296,7 +293,8 @@ def request_snapshot(lake: Lake, table: TableName, where: str | None, blocking: 
 def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
     folder = requests_dir(lake)
     planned = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    paths: list[Location] = list(folder.glob("*.json")) if folder.is_dir() else []
+    for path in sorted(paths, key=lambda p: p.name):  # time_ns names: oldest first
         request = read_json(path)
         table = TableName.parse(str(request["table"]))
         kind = "blocking" if request.get("blocking") else "incremental"

@@ -8,16 +8,16 @@ and their progress, the tables it knows, the signals it has carried out.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from cdc_core.errors import TerminalError
 from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
+from cdc_core.storage import Location, write_atomic
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Location) -> Any:
     """The document at `path`, or None when there is none."""
     try:
         return json.loads(path.read_text())
@@ -27,23 +27,17 @@ def read_json(path: Path) -> Any:
         raise TerminalError(f"{path} is not valid JSON ({e}): restore it or remove it") from e
 
 
-def write_json(path: Path, data: object) -> None:
+def write_json(path: Location, data: object) -> None:
     """Replace the document at `path` in one step: a reader sees the old one or the new one."""
     write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def write_text(path: Path, text: str) -> None:
+def write_text(path: Location, text: str) -> None:
     """Replace the file at `path` in one step, durably: a reader sees the old or the new text."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, text.encode())
 
 
-def stream_file(lake: Lake) -> Path:
+def stream_file(lake: Lake) -> Location:
     """Where the stream position the pipeline last confirmed is kept."""
     return lake.state / "stream.json"
 
@@ -53,34 +47,34 @@ def record_confirmed(lake: Lake, slot: str, position: object) -> None:
     write_json(stream_file(lake), {"slot": slot, "confirmed": str(position)})
 
 
-def known_tables_file(lake: Lake) -> Path:
+def known_tables_file(lake: Lake) -> Location:
     return lake.state / "tables.json"
 
 
-def catalog_file(lake: Lake) -> Path:
+def catalog_file(lake: Lake) -> Location:
     """Each table's catalog entry as the last run saw it (`drift.CatalogEntry`)."""
     return lake.state / "catalog.json"
 
 
-def caught_up_file(lake: Lake) -> Path:
+def caught_up_file(lake: Lake) -> Location:
     """Per mirror, the bronze and silver versions it was caught up at (`silver.CaughtUp`)."""
     return lake.state / "silver_caught.json"
 
 
-def signals_file(lake: Lake) -> Path:
+def signals_file(lake: Lake) -> Location:
     return lake.state / "signals.json"
 
 
-def snapshots_dir(lake: Lake) -> Path:
+def snapshots_dir(lake: Lake) -> Location:
     return lake.state / "snapshots"
 
 
-def heartbeat_file(lake: Lake) -> Path:
+def heartbeat_file(lake: Lake) -> Location:
     """When the last heartbeat was sent."""
     return lake.state / "heartbeat.json"
 
 
-def schemas_dir(lake: Lake) -> Path:
+def schemas_dir(lake: Lake) -> Location:
     """Every shape each table has had (`bronze.record_schema`)."""
     return lake.state / "schemas"
 
@@ -89,8 +83,22 @@ def schema_history(lake: Lake, table: str) -> list[tuple[int, RelationDescriptor
     """(first LSN seen, descriptor) of every shape table `schema.table` has had, oldest first."""
     folder = schemas_dir(lake)
     out = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        entry = json.loads(path.read_text())
+    paths: list[Location] = list(folder.glob("*.json")) if folder.is_dir() else []
+    for path in sorted(paths, key=lambda p: p.name):
+        entry = _schema_entry(path)
         if entry["table"] == table:
             out.append((int(entry["first_lsn"]), RelationDescriptor.from_json(entry["descriptor"])))
     return sorted(out, key=lambda e: (e[0], e[1].version))  # a file's later shapes: later versions
+
+
+_ENTRIES: dict[str, Any] = {}  # object store entries read once: a name is never written again
+
+
+def _schema_entry(path: Location) -> Any:
+    """A schema history entry (its name holds its shape and place, so it never changes)."""
+    if isinstance(path, Path):
+        return json.loads(path.read_text())
+    key = str(path)
+    if key not in _ENTRIES:
+        _ENTRIES[key] = json.loads(path.read_text())
+    return _ENTRIES[key]

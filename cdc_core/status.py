@@ -9,17 +9,15 @@ missing or lost slot, a pipeline that has not run for `--stale-after`, or an unr
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Literal
 
 import psycopg
 
 from cdc_core import delta_log
 from cdc_core.config import Config, Dsn, SourceConfig
-from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, UsageError
+from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError
 from cdc_core.lake import Lake
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.metrics import last_batch
@@ -27,6 +25,7 @@ from cdc_core.pg.connect import connect
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import staged_files
 from cdc_core.state import stream_file
+from cdc_core.storage import Location
 
 BRONZE_WATERMARK = "bronze_staged_end"  # cdc_core.bronze.WATERMARK (bronze imports pyspark)
 SILVER_WATERMARK = "silver_applied"  # cdc_core.silver.WATERMARK
@@ -154,16 +153,16 @@ class PipelineStatus:
 def gather_status(
     config: Config, *, stale_after_s: float = 3600.0, now: datetime | None = None
 ) -> PipelineStatus:
-    """Read every part; a part that cannot be read becomes a problem line, never an exception
-    (a lake that is not on the local file system is a `UsageError`)."""
+    """Read every part; a part that cannot be read becomes a problem line, never an exception."""
     pipeline = config.pipeline
     now = now or datetime.now(timezone.utc)
-    lake = Lake(str(local_root(pipeline.target.root)))
+    lake = Lake.of(pipeline.target.root, config.env.spark.conf)
     source, slot = read_slot(pipeline.source.dsn, pipeline.source.slot)
     batch = read_last_batch(lake)
-    bronze = table_status("bronze", Path(lake.bronze), BRONZE_WATERMARK)
+    bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
     tables = tuple(
-        table_status(str(t), Path(lake.silver(t)), SILVER_WATERMARK) for t in pipeline.source.tables
+        table_status(str(t), lake.place(lake.silver(t)), SILVER_WATERMARK)
+        for t in pipeline.source.tables
     )
     snapshots, snapshot_problem = read_snapshots(lake)
     status = PipelineStatus(
@@ -179,16 +178,6 @@ def gather_status(
     if verdict is not None:
         (problems if verdict[0] == "fail" else warnings).append(verdict[1])
     return replace(status, problems=tuple(problems), warnings=tuple(warnings))
-
-
-def local_root(root: str) -> Path:
-    """The lake root as a local path: status reads Delta logs with the file system alone."""
-    if root.startswith("file:"):
-        return Path("/" + root.removeprefix("file:").lstrip("/"))
-    if "://" in root:
-        raise UsageError(f"cdc status reads lakes on the local file system only; target.root is "
-                         f"{root} (look at the tables with Spark instead)")  # fmt: skip
-    return Path(root)
 
 
 def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
@@ -239,7 +228,7 @@ def idle_seconds(batch: BatchStatus | None, now: datetime) -> float | None:
     return max(0.0, (now - ended).total_seconds())
 
 
-def table_status(name: str, path: Path, watermark: str) -> TableStatus:
+def table_status(name: str, path: Location, watermark: str) -> TableStatus:
     """Rows and watermark of the Delta table at `path`, from its log alone."""
     try:
         state = delta_log.read_table(path)
@@ -277,7 +266,7 @@ def pending_files(lake: Lake, staged_end: str | None) -> PendingStatus:
     size = 0
     for f in files:
         try:
-            size += os.stat(lake.changes / str(f)).st_size
+            size += (lake.changes / str(f)).stat().st_size
         except FileNotFoundError:
             continue  # appended and removed by maintenance since the listing
     return PendingStatus(len(files), size)

@@ -144,7 +144,7 @@ class _Run:
 def validate(config: Config, spark: SparkSession, options: Options) -> Report:
     started = time.monotonic()
     pipeline = config.pipeline
-    lake = Lake(pipeline.target.root)
+    lake = Lake.of(pipeline.target.root, config.env.spark.conf)
     report = Report(pipeline.name, config.env_name, pipeline.target.root)
     runs = [_Run(t, TableReport(t.qualified)) for t in options.tables or pipeline.source.tables]
     for run in runs:

@@ -567,9 +567,9 @@ class TargetConfig:
     root: str = field(
         metadata=meta(
             "root of this pipeline's lake: a local or mounted path (a Databricks volume "
-            "/Volumes/..., an NFS mount) or a file: URI; relative paths are relative to the "
-            "working directory. Object storage URIs (s3a://, abfss://, gs://) are refused: "
-            "staging and state are not written there yet",
+            "/Volumes/..., an NFS mount), a file: URI, or an S3 location s3a://bucket/prefix "
+            "(reached with the environment's spark.hadoop.fs.s3a.* settings); relative paths "
+            "are relative to the working directory",
             example="${LAKE_ROOT:-./lake}/orders",
         )
     )
@@ -578,15 +578,21 @@ class TargetConfig:
         root = self.root.strip()
         if not root:
             raise FieldError("root", "the path is empty")
-        scheme, sep, _ = root.partition("://")
+        scheme, sep, rest = root.partition("://")
+        if sep and scheme == "s3a":
+            if not rest.strip("/"):
+                raise FieldError("root", f"{root}: name a bucket (s3a://bucket/prefix)")
+            parts = [part for part in rest.split("/") if part]  # no empty names in keys
+            object.__setattr__(self, "root", f"{scheme}://{'/'.join(parts)}")
+            return
         if sep and scheme != "file":
+            hint = (
+                " (write s3a:// for S3: Spark's s3a connector)" if scheme in ("s3", "s3n") else ""
+            )
             raise FieldError(
                 "root",
-                f"{root}: a lake on object storage ({scheme}://) is not supported yet: staged "
-                "change files and the pipeline's state are written with local file operations "
-                f"and would land in a local directory named {scheme!r}:, lost with the machine "
-                "while the slot moves past them. Use a local path or a mounted one (a Databricks "
-                "volume /Volumes/..., an NFS mount)",
+                f"{root}: the {scheme}:// file system is not supported{hint}. Use a local path, a "
+                "mounted one (a Databricks volume /Volumes/..., an NFS mount), file: or s3a://",
             )
         if root.startswith("file:"):  # file:///x, file:/x: the local path /x
             root = "/" + root.removeprefix("file:").lstrip("/")
@@ -840,7 +846,8 @@ class SparkSettings:
         default=(),
         metadata=meta(
             "extra Maven coordinates group:artifact:version to resolve with jars: resolve "
-            "(for example org.apache.hadoop:hadoop-aws:3.4.2 for s3a://)"
+            "(Hadoop's s3a connector, hadoop-aws of Spark's Hadoop version, is added by itself "
+            "when the lake is on s3a:// or spark.hadoop.fs.s3a.* is set)"
         ),
     )
     conf: Mapping[str, str] = field(

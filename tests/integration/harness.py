@@ -77,10 +77,11 @@ class Pipeline:
 
 def make_pipeline(
     home: Path, dsn: str, tables: list[str], *, extra: str = "", source_extra: str = "",
-    snapshot: str = "no_data", snapshot_extra: str = "",
+    snapshot: str = "no_data", snapshot_extra: str = "", root: str | None = None,
 ) -> Pipeline:  # fmt: skip
     """A pipeline `p` of `tables` in `home` (its lake in home/lake), with a slot of its own; it
-    runs as the least-privilege role (`privileges`) on `dsn`'s database, `dsn` stays the tests'."""
+    runs as the least-privilege role (`privileges`) on `dsn`'s database, `dsn` stays the tests'.
+    `root`: the lake's root instead of home/lake (`Pipeline.lake` then does not apply)."""
     slot = f"cdc_{home.name[-20:].lower().replace('-', '_')}_{os.getpid()}"
     slot = "".join(ch for ch in slot if ch.isalnum() or ch == "_")[:63]
     (home / "pipelines").mkdir(parents=True, exist_ok=True)
@@ -99,7 +100,7 @@ def make_pipeline(
         + textwrap.indent(textwrap.dedent(source_extra), "  ")
         + f"snapshot:\n  mode: {snapshot}\n"
         + textwrap.indent(textwrap.dedent(snapshot_extra), "  ")
-        + f"target:\n  root: {home / 'lake'}\n"
+        + f"target:\n  root: {root or home / 'lake'}\n"
         + textwrap.dedent(extra)
     )
     return Pipeline(home, dsn, slot)

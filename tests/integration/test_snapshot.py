@@ -204,8 +204,13 @@ def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
         conn.execute("CREATE TABLE t_reread (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO t_reread SELECT i * 10, 'r' || i FROM generate_series(1, 300) i")
     table = TableName("public", "t_reread")
-    p = make_pipeline(tmp_path, dsn, [table.qualified], snapshot="initial",
-                      snapshot_extra="chunk.size: 100\nmax.threads: 8\n")  # one group
+    p = make_pipeline(
+        tmp_path,
+        dsn,
+        [table.qualified],
+        snapshot="initial",
+        snapshot_extra="chunk.size: 100\nmax.threads: 8\n",
+    )  # one group
     killed = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
         env=p.env() | {"CDC_FAULT": "snapshot.chunk_read@1"}, cwd=p.home, capture_output=True,

@@ -82,18 +82,29 @@ def test_an_empty_variable_falls_back_to_its_default(tmp_path: Path) -> None:
     assert config.pipeline.target.root == str(Path.cwd() / "lake" / "orders")
 
 
-def test_object_store_roots_are_refused_until_staging_and_state_can_live_there(
-    tmp_path: Path,
-) -> None:
-    """Staging and state use local file operations: an s3a:// root would put them in a local
-    directory named 's3a:' (lost with the machine while the slot moves past them)."""
-    for root in ("s3a://bucket/lake/", "abfss://c@account.dfs.core.windows.net/lake"):
+def test_s3a_roots_are_kept_and_other_object_stores_refused(tmp_path: Path) -> None:
+    """s3a:// is the lake on S3 (staging and state through pyarrow, Delta through Spark's s3a);
+    a file system the driver cannot write its own files to is refused, naming what to use."""
+    config = load_pipeline(
+        "orders", "local", home=write_home(tmp_path), environ={"LAKE_ROOT": "s3a://bucket/lake/"}
+    )
+    assert config.pipeline.target.root == "s3a://bucket/lake/orders"
+    for root, hint in (
+        (
+            "abfss://c@account.dfs.core.windows.net/lake",
+            "the abfss:// file system is not supported.",
+        ),
+        ("s3://bucket/lake", "(write s3a:// for S3: Spark's s3a connector)"),
+    ):
         with pytest.raises(ConfigError) as e:
             load_pipeline("orders", "local", home=write_home(tmp_path), environ={"LAKE_ROOT": root})
         message = str(e.value)
         assert message.startswith("pipelines/orders.yaml: target.root: ")
-        assert "is not supported yet" in message
-        assert "Use a local path or a mounted one" in message
+        assert hint in message
+        assert "Use a local path, a mounted one" in message
+    with pytest.raises(ConfigError, match="name a bucket"):
+        load_pipeline("orders", "local", home=write_home(tmp_path, CONTRACT.replace(
+            "${LAKE_ROOT:-./lake}/orders", "s3a://")), environ={})  # fmt: skip
 
 
 def test_file_uri_roots_are_local_paths(tmp_path: Path) -> None:

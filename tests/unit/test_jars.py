@@ -69,3 +69,43 @@ def test_jars_spark_already_ships_are_dropped(
         [Path("jackson-core-2.13.5.jar"), Path("delta-spark_2.13-4.3.1.jar")]
     )
     assert kept == [Path("delta-spark_2.13-4.3.1.jar")]
+
+
+def test_hadoop_aws_follows_the_hadoop_client_spark_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "hadoop-client-api-3.4.2.jar").write_bytes(b"")
+    (tmp_path / "jars" / "hadoop-client-runtime-3.4.2.jar").write_bytes(b"")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    assert jars.hadoop_aws_coordinate() == "org.apache.hadoop:hadoop-aws:3.4.2"
+    assert jars.with_hadoop_aws(["a:b:1"]) == ["a:b:1", "org.apache.hadoop:hadoop-aws:3.4.2"]
+    listed = ["org.apache.hadoop:hadoop-aws:3.4.2", "a:b:1"]
+    assert jars.with_hadoop_aws(listed) == listed  # not twice
+    with pytest.raises(jars.SetupError, match=r"hadoop-aws:3\.4\.3.*Hadoop 3\.4\.2"):
+        jars.with_hadoop_aws(["org.apache.hadoop:hadoop-aws:3.4.3"])
+    (tmp_path / "jars" / "hadoop-client-api-3.4.2.jar").unlink()
+    with pytest.raises(jars.SetupError, match="hadoop-client-api"):
+        jars.hadoop_aws_coordinate()
+
+
+def test_the_installed_pyspark_names_its_hadoop() -> None:
+    assert jars.hadoop_version().count(".") == 2
+
+
+def test_s3a_adds_the_connector_only_when_used() -> None:
+    from types import MappingProxyType
+
+    from cdc_core.config import SparkSettings
+    from cdc_core.spark import coordinates_for, uses_s3a
+
+    plain = SparkSettings()
+    s3a = SparkSettings(conf=MappingProxyType({"spark.hadoop.fs.s3a.endpoint": "http://h:1"}))
+    aws = jars.hadoop_aws_coordinate()
+    assert not uses_s3a(plain)
+    assert not uses_s3a(plain, "/lake")
+    assert uses_s3a(plain, "s3a://bucket/p")
+    assert uses_s3a(s3a)
+    assert aws not in coordinates_for(plain, "/lake")
+    assert coordinates_for(plain, "s3a://bucket/p") == [*jars.default_coordinates(), aws]
+    assert coordinates_for(s3a) == coordinates_for(plain, "s3a://bucket/p")  # one cache entry

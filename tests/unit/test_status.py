@@ -22,7 +22,7 @@ from cdc_core.delta_log import (
     newest_version,
     read_table,
 )
-from cdc_core.errors import ConfigError, UsageError
+from cdc_core.errors import ConfigError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import batches_file
@@ -379,12 +379,6 @@ def test_status_of_a_pipeline_whose_server_is_down_reads_the_lake(tmp_path: Path
     assert (status.bronze.rows, status.bronze.staged_end) == (9, "0/10")
     assert status.tables == (st.TableStatus("public.t", "not_created"),)
     assert (status.last_batch, status.stale, status.snapshots) == (None, False, ())
-
-
-def test_a_lake_that_is_not_local_is_a_usage_error() -> None:
-    assert st.local_root("file:///data/lake") == Path("/data/lake")
-    with pytest.raises(UsageError, match="local file system only"):
-        st.local_root("s3a://bucket/lake")
 
 
 def test_the_watermark_keys_are_the_stages_own() -> None:
