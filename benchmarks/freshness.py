@@ -1,6 +1,7 @@
 """Benchmark: freshness of `ingest --continuous` under a steady workload.
 
     python benchmarks/freshness.py [--rate 1000] [--minutes 10] [--trigger 1]
+    python benchmarks/freshness.py --rates 100 200 400 --minutes 4   # the highest flat rate
 
 A throwaway PostgreSQL gets the shop sample (customers, orders, order_items); the `orders`
 pipeline runs `--continuous` in its own process (as users run it) while the shop workload
@@ -9,7 +10,9 @@ commit in PostgreSQL (the staged `commit_time_us`) to the moment the batch that 
 finished its silver MERGE (`visible_at` of the batch line). Prints p50, p99 and max over the
 whole window, p50 per minute (does the lag grow?), the rate the workload reached, and the
 baseline measured in the same run: the freshness of a batch that merges nothing but a single
-change (what one idle batch costs).
+change (what one idle batch costs). With `--rates` the same pipeline process holds each rate in
+turn (the backlog drained between them) and says for each whether the lag stays flat: the last
+minute's p50 within a quarter, or one idle batch, of the lowest p50 after the first minute.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -104,11 +108,60 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
     return p50, p99, pc.max(arr).as_py()
 
 
+@dataclass(frozen=True)
+class Window:
+    """One steady rate held for a while, and the freshness of the changes committed in it."""
+
+    asked: float
+    reached: float
+    lags: list[tuple[int, float]]  # (commit time, seconds to visible)
+    start_us: int
+    batch_seconds: list[float]
+
+    def per_minute(self) -> list[float]:
+        minute = 60 * 1_000_000
+        buckets: dict[int, list[float]] = {}
+        for t, s in self.lags:
+            buckets.setdefault((t - self.start_us) // minute, []).append(s)
+        return [quantiles(v)[0] for _, v in sorted(buckets.items())]
+
+    def flat(self, baseline: float) -> bool:
+        """The lag stops growing: the last minute's p50 is within a quarter (or one idle batch)
+        of the lowest p50 after the first minute, the minute batches grow into the rate."""
+        minutes = self.per_minute()
+        if len(minutes) < 3:
+            return False
+        settled = min(minutes[1:])
+        return minutes[-1] <= max(1.25 * settled, settled + baseline)
+
+
+def steady_window(
+    dsn: str, lake: Lake, proc: subprocess.Popen[str], rate: float, minutes: float
+) -> Window:
+    """The workload at `rate` for `minutes`, then until the pipeline has applied it all."""
+    n = len(batches(lake))
+    start_us = int(time.time() * 1e6)
+    stats = run_workload(dsn, WorkloadSpec(duration_s=minutes * 60, rate=rate, concurrency=4))
+    end_us = int(time.time() * 1e6)
+    m = len(batches(lake))
+    wait_for_batches(lake, m + 3, proc, 1800)  # the backlog drains
+    lines = batches(lake)
+    lags = [(t, s) for t, s in per_change_lags(lake, lines[n:], start_us) if t <= end_us]
+    secs = [float(b["seconds"]) for b in lines[n:] if b.get("changes")]  # type: ignore[arg-type]
+    reached = stats.rows_changed_committed / stats.seconds
+    return Window(rate, reached, lags, start_us, secs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--trigger", type=float, default=1.0)
+    parser.add_argument(
+        "--rates", type=float, nargs="+",
+        help="search: hold each rate for --minutes in turn (one pipeline process) and report "
+        "which keep the lag flat",
+    )  # fmt: skip
     args = parser.parse_args()
     with throwaway_cluster("fresh") as cluster, tempfile.TemporaryDirectory() as tmp:
         dsn = cluster.dsn("postgres")
@@ -132,38 +185,28 @@ def main() -> None:
             wait_for_batches(lake, n + 2, proc, 300)
             base = [b for b in batches(lake)[n:] if b.get("changes")]
             baseline = float(base[0]["freshness_max_s"]) if base else float("nan")  # type: ignore[arg-type]
-
-            start_us = int(time.time() * 1e6)
-            spec = WorkloadSpec(duration_s=args.minutes * 60, rate=args.rate, concurrency=4)
-            stats = run_workload(dsn, spec)
-            end_us = int(time.time() * 1e6)
-            m = len(batches(lake))
-            wait_for_batches(lake, m + 3, proc, 900)  # the backlog drains
+            windows = [
+                steady_window(dsn, lake, proc, rate, args.minutes)
+                for rate in (args.rates or [args.rate])
+            ]
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=600)
         assert proc.returncode == 0, (home / "ingest.log").read_text()[-3000:]
-        lines = batches(lake)
-        lags = [(t, s) for t, s in per_change_lags(lake, lines, start_us) if t <= end_us]
-        p50, p99, mx = quantiles([s for _, s in lags])
-        rate = stats.rows_changed_committed / stats.seconds
-        print(f"workload: {stats.rows_changed_committed} committed row changes in "
-              f"{stats.seconds:.0f} s = {rate:.0f}/s (asked {args.rate:.0f}/s), "
-              f"{len(lags)} changes measured, trigger {args.trigger} s")  # fmt: skip
-        print(f"freshness over the window: p50 {p50:.2f} s, p99 {p99:.2f} s, max {mx:.2f} s")
-        print(
-            f"baseline (one change, idle pipeline): {baseline:.2f} s; "
-            f"p50/baseline = {p50 / baseline:.2f}"
-        )
-        minute = 60 * 1_000_000
-        buckets: dict[int, list[float]] = {}
-        for t, s in lags:
-            buckets.setdefault((t - start_us) // minute, []).append(s)
-        trend = ", ".join(f"{quantiles(v)[0]:.1f}" for _, v in sorted(buckets.items()))
-        print(f"p50 per minute (s): {trend}")
-        streamed = [b for b in lines if b.get("changes")]
-        secs = [float(b["seconds"]) for b in streamed]  # type: ignore[arg-type]
-        print(f"batches with changes: {len(streamed)}, batch seconds p50 {quantiles(secs)[0]:.1f}")
+        print(f"baseline (one change, idle pipeline): {baseline:.2f} s; trigger {args.trigger} s")
+        for w in windows:
+            p50, p99, mx = quantiles([s for _, s in w.lags])
+            trend = ", ".join(f"{x:.1f}" for x in w.per_minute())
+            print(f"asked {w.asked:.0f}/s, reached {w.reached:.0f}/s, {len(w.lags)} changes: "
+                  f"p50 {p50:.2f} s, p99 {p99:.2f} s, max {mx:.2f} s, "
+                  f"p50/baseline {p50 / baseline:.2f}; batches with changes {len(w.batch_seconds)}, "
+                  f"batch seconds p50 {quantiles(w.batch_seconds)[0]:.1f}")  # fmt: skip
+            print(f"  p50 per minute (s): {trend}: "
+                  f"{'flat' if w.flat(baseline) else 'growing'}")  # fmt: skip
+        flat = [w.reached for w in windows if w.flat(baseline)]
+        if args.rates:
+            print("highest rate with a flat lag: "
+                  + (f"{max(flat):.0f}/s" if flat else "none of those tried"))  # fmt: skip
 
 
 if __name__ == "__main__":
