@@ -192,19 +192,18 @@ def metrics_table(lake: Lake) -> str:
 
 
 def metrics_table_age(lake: Lake) -> float | None:
-    """Seconds since the metrics table's newest commit; None when it has none or is not on a
-    local file system (then an append is always due)."""
+    """Seconds since the metrics table's newest commit (its log read directly, on a local file
+    system or an object store); None when it has none (then an append is due)."""
     import time
 
     from cdc_core import delta_log
-    from cdc_core.lake import local_path
 
-    local = local_path(metrics_table(lake))
-    version = delta_log.newest_version(local) if local is not None else None
-    if local is None or version is None:
+    table = lake.place(metrics_table(lake))
+    version = delta_log.newest_version(table)
+    if version is None:
         return None
     try:
-        return time.time() - (local / "_delta_log" / f"{version:020d}.json").stat().st_mtime
+        return time.time() - (table / "_delta_log" / f"{version:020d}.json").stat().st_mtime
     except FileNotFoundError:
         return None
 

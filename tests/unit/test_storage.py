@@ -187,3 +187,14 @@ def test_status_reads_delta_logs_and_batches_on_the_store(lake: Lake) -> None:
     assert (status.state, status.rows, status.version, status.staged_end) == (
         "created", 11, 1, "0/10",
     )  # fmt: skip
+
+
+def test_the_metrics_table_age_is_read_from_its_log_on_the_store(lake: Lake) -> None:
+    from cdc_core.metrics import metrics_table, metrics_table_age
+    from tests.unit.test_status import commit
+
+    assert metrics_table_age(lake) is None  # no table: an append is due
+    commit(lake.place(metrics_table(lake)), 0, metadata={"x": 1})  # type: ignore[arg-type]
+    age = metrics_table_age(lake)
+    assert age is not None
+    assert -5 < age < 60  # written just now (the store's clock is this machine's)
