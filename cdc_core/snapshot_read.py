@@ -280,7 +280,9 @@ def _landed_read(
     """The place and row count of the read of this group that bronze holds: an earlier run
     committed it and was killed before its job noted it, so Delta skipped this read's commit.
     The job must take the earlier read's place, or the sweep after the snapshot would take
-    that read's rows (and rows streamed between the two reads) for rows the source lost."""
+    that read's rows (and rows streamed between the two reads) for rows the source lost. Only
+    the place is replaced: the MVCC snapshot in the view stays this read's, which no caller
+    uses (bronze's rows carry their own)."""
     history = (
         DeltaTable.forPath(spark, lake.bronze).history().select("userMetadata", "operationMetrics")
     )
