@@ -14,6 +14,7 @@ from typing import Any
 from cdc_core.errors import TerminalError
 from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
 from cdc_core.storage import Location, write_atomic
 
 
@@ -42,8 +43,18 @@ def stream_file(lake: Lake) -> Location:
     return lake.state / "stream.json"
 
 
-def record_confirmed(lake: Lake, slot: str, position: object) -> None:
-    """Record the position about to be confirmed to `slot` (before confirming it)."""
+def record_confirmed(lake: Lake, slot: str, position: Lsn) -> None:
+    """Record the position about to be confirmed to `slot` (before confirming it). The record
+    never moves back for the same slot: the slot may already be confirmed up to it (a run
+    confirms past WAL that holds nothing captured, beyond its last staged file, and the next
+    run starts from that file), and a slot found ahead of the record reads as recreated."""
+    stored = read_json(stream_file(lake))
+    if (
+        isinstance(stored, dict)
+        and stored.get("slot") == slot
+        and Lsn.parse(str(stored["confirmed"])) >= position
+    ):
+        return
     write_json(stream_file(lake), {"slot": slot, "confirmed": str(position)})
 
 
