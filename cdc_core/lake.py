@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdc_core.identifiers import TableName
-from cdc_core.storage import OBJECT_SCHEMES, Location, S3Options, location
+from cdc_core.storage import Location, S3Options, bucket_of, location
 
 
 @dataclass(frozen=True)
@@ -21,11 +21,8 @@ class Lake:
     @classmethod
     def of(cls, root: str, spark_conf: Mapping[str, str]) -> Lake:
         """The lake at `root`, with the object store settings of `spark_conf` (if it is on one)."""
-        scheme, sep, rest = root.partition("://")
-        if sep and scheme in OBJECT_SCHEMES:
-            bucket = rest.strip("/").partition("/")[0]
-            return cls(root, S3Options.from_spark_conf(spark_conf, bucket))
-        return cls(root)
+        bucket = bucket_of(root)
+        return cls(root, S3Options.from_spark_conf(spark_conf, bucket)) if bucket else cls(root)
 
     @property
     def home(self) -> Location:

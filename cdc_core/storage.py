@@ -200,6 +200,12 @@ Location = Path | ObjectPath
 """A file or folder of the lake's own: local, or on an object store."""
 
 
+def bucket_of(uri: str) -> str | None:
+    """The bucket of an object store URI (`s3a://bucket/key` -> `bucket`), None for others."""
+    scheme, sep, rest = uri.partition("://")
+    return rest.strip("/").partition("/")[0] if sep and scheme in OBJECT_SCHEMES else None
+
+
 def location(root: str, options: S3Options | None = None) -> Location:
     """The lake root `root` as a location: a local path (plain or `file:`), or an object path."""
     scheme, sep, rest = root.partition("://")
@@ -208,8 +214,7 @@ def location(root: str, options: S3Options | None = None) -> Location:
     if scheme == "file":
         return Path(rest)
     if scheme in OBJECT_SCHEMES:
-        bucket = rest.strip("/").partition("/")[0]
-        return ObjectPath.parse(root, options or S3Options.from_spark_conf({}, bucket))
+        return ObjectPath.parse(root, options or S3Options.from_spark_conf({}, bucket_of(root)))
     raise TerminalError(
         f"target.root {root!r}: the {scheme}:// file system is not supported for the lake's own "
         f"files (_staging, _state); use a local path, file:, or {', '.join(OBJECT_SCHEMES)}://"
