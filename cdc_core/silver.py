@@ -177,8 +177,11 @@ def apply_table(
         batch = batch.where((F.col("op") != "t") & after_position(*position))
     if reads and not shape.key:  # a snapshot of a table without a key replaces its content
         _empty(spark, path, settings, version=end[0], watermark=after, marks=marks)
-    _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent, reads=reads > 0,
-           marks=marks)  # fmt: skip
+    only_reads = shape.key and reads == changes and truncated is None
+    if not (only_reads and _append_reads(spark, lake, path, batch, shape, end=end,
+                                         settings=settings, marks=marks)):  # fmt: skip
+        _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent,
+               reads=reads > 0, marks=marks)  # fmt: skip
     return TableResult(table.qualified, changes)
 
 
@@ -209,9 +212,9 @@ def _summary(
         F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "seq", "staged_file"))).alias(
             "truncated"
         ),
-        F.array_distinct(F.flatten(F.collect_list(F.coalesce("unchanged", F.array())))).alias(
-            "unsent"
-        ),
+        F.array_distinct(
+            F.flatten(F.collect_set(F.when(F.size("unchanged") > 0, F.col("unchanged"))))
+        ).alias("unsent"),  # each non-empty list once: a million reads collect nothing
         F.count(F.when(F.col("op") == "r", 1)).alias("reads"),
     ).first()
     if found is None or not found["n"]:
@@ -283,6 +286,41 @@ def _merge(
                       f"'{end[0]}/{end[1]}')")  # fmt: skip
 
 
+def _append_reads(
+    spark: SparkSession, lake: Lake, path: str, batch: DataFrame, shape: TableShape, *,
+    end: tuple[int, int], settings: SilverSettings, marks: dict[str, int],
+) -> bool:  # fmt: skip
+    """A batch of snapshot reads alone, into a mirror without a row, is appended, typed: the
+    rows the MERGE would insert, without its join and target scan (an initial snapshot's
+    whole table lands this way). Exactly once like the MERGE (the same txnAppId/txnVersion and
+    watermark). False, with nothing written, when the mirror has rows or a typed key repeats
+    (a row moved between two groups' reads while nothing streamed): the MERGE decides then."""
+    state = delta_log.read_table(lake.place(path))
+    if state is None or state.files:
+        return False
+    changes = typed(parsed(batch, shape), shape, settings.modes)
+    repeated = changes.groupBy(*[F.col(_q(k)) for k in shape.key]).count().where("count > 1")
+    if repeated.limit(1).count():
+        return False
+    rows = changes.withColumns({
+        "_cdc_deleted": F.lit(False), "_cdc_unavailable": F.col("_unchanged"),
+    })  # fmt: skip
+    target = DeltaTable.forPath(spark, path).toDF().schema
+    present = set(rows.columns)
+    rows = rows.select(
+        *[
+            F.col(_q(f.name)).cast(f.dataType).alias(f.name)
+            for f in target.fields
+            if f.name in present
+        ]
+    )  # fmt: skip; the mirror's own types (widened ones too); columns it has beyond the
+    # shape (dropped at the source) are NULL, as the MERGE leaves them
+    record: dict[str, object] = {WATERMARK: list(end), **marks}
+    with committing(spark, record, app_id=MERGE_APP, version=end[0]):
+        rows.write.format("delta").mode("append").save(path)
+    return True
+
+
 def merge_changes(
     spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, settings: SilverSettings,
     *, unsent: list[str] | None = None, reads: bool = True,
@@ -294,7 +332,7 @@ def merge_changes(
     target = DeltaTable.forPath(spark, path)
     values = parsed(batch, shape)
     if shape.key:
-        changes = typed(values, shape, settings.modes).localCheckpoint()  # typed once
+        changes = typed(values, shape, settings.modes)  # materialized: typed once
         source = keyed_source(changes, shape, target.toDF(), unsent, reads=reads)
         _keyed_merge(target, source, shape, settings).execute()
     else:

@@ -131,7 +131,8 @@ def multiset_source(
 
 def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
     """Typed silver columns from the text values, on executors; a value the silver type cannot
-    hold exactly is NULL there and kept, exact, in `_cdc_raw`."""
+    hold exactly is NULL there and kept, exact, in `_cdc_raw`. The result is materialized
+    (`localCheckpoint`): computed once, however often the caller reads it."""
     cols = [c for c in changes.columns if c in _META]
     inputs = (
         changes.select(*cols, "_values", "_old_key")
@@ -148,21 +149,38 @@ def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
     convert = functools.partial(_convert_batches, shape=shape, modes=modes, schema=out)
     fast = _fast_columns(shape, modes)
     if fast is None:
-        result = inputs.mapInArrow(convert, out)
+        result = inputs.mapInArrow(convert, out).localCheckpoint()
     else:  # rows whose every value has its plain form are typed in the JVM, the rest in Python
         exprs, plain = fast
-        quick = inputs.where(plain).select(
-            *[F.col(f.name) for f in meta], *exprs,
+        texts = [c for c in ("_values", "_old_key") if c in inputs.columns]
+        # One pass types every value in the JVM (a value and its check share their expressions)
+        # and keeps the text of the rows only Python can type; later reads are of the result.
+        staged = inputs.select(
+            *[F.col(f.name) for f in meta],
+            *exprs,
+            plain.alias("__cdc_plain"),
+            *[F.when(~plain, F.col(c)).alias(c) for c in texts],
+        ).localCheckpoint()
+        quick = staged.where("__cdc_plain").select(
+            *[f.name for f in meta], *[F.col(_quoted(f.name)) for f in fields + old],
             F.create_map().cast(out["_cdc_raw"].dataType).alias("_cdc_raw"),
         )  # fmt: skip
-        slow = inputs.where(~plain).mapInArrow(convert, out)
-        result = quick.unionByName(slow)
+        rest = staged.where(~F.col("__cdc_plain")).select(*[f.name for f in meta], *texts)
+        if rest.isEmpty():
+            result = quick
+        else:
+            result = quick.unionByName(rest.mapInArrow(convert, out).localCheckpoint())
     return (
         result.withColumnRenamed("commit_lsn", "_cdc_lsn")
         .withColumnRenamed("seq", "_cdc_seq")
         .withColumnRenamed("op", "_cdc_op")
         .withColumn("_cdc_commit_ts", F.timestamp_micros("_commit_ts_us"))
     )  # fmt: skip
+
+
+def _quoted(name: str) -> str:
+    """A column name as Spark reads it literally (a name may hold dots or backticks)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Column] | None:
