@@ -12,6 +12,7 @@ identical rows.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from dataclasses import dataclass, field
 
@@ -33,6 +34,8 @@ from cdc_core.silver_table import ensure_silver, register, sql_name
 from cdc_core.spark import Spark, each_in_session, session_of
 from cdc_core.stager import StagedFile
 from cdc_core.state import caught_up_file, read_json, schema_history, write_json
+
+log = logging.getLogger(__name__)
 
 WATERMARK = "silver_applied"
 SINCE = "shapes_since"  # with the watermark: where the mirror last started over (table_shape)
@@ -318,6 +321,7 @@ def _append_reads(
     record: dict[str, object] = {WATERMARK: list(end), **marks}
     with committing(spark, record, app_id=MERGE_APP, version=end[0]):
         rows.write.format("delta").mode("append").save(path)
+    log.info("%s: snapshot rows appended to its empty mirror", shape.qualified)
     return True
 
 
