@@ -308,16 +308,14 @@ def _append_reads(
     rows = changes.withColumns({
         "_cdc_deleted": F.lit(False), "_cdc_unavailable": F.col("_unchanged"),
     })  # fmt: skip
+    # The mirror's own types (widened ones too); columns it has beyond the shape (dropped at
+    # the source) stay NULL, as the MERGE leaves them.
     target = DeltaTable.forPath(spark, path).toDF().schema
     present = set(rows.columns)
-    rows = rows.select(
-        *[
-            F.col(_q(f.name)).cast(f.dataType).alias(f.name)
-            for f in target.fields
-            if f.name in present
-        ]
-    )  # fmt: skip; the mirror's own types (widened ones too); columns it has beyond the
-    # shape (dropped at the source) are NULL, as the MERGE leaves them
+    typed_as_stored = [
+        F.col(_q(f.name)).cast(f.dataType).alias(f.name) for f in target.fields if f.name in present
+    ]
+    rows = rows.select(*typed_as_stored)
     record: dict[str, object] = {WATERMARK: list(end), **marks}
     with committing(spark, record, app_id=MERGE_APP, version=end[0]):
         rows.write.format("delta").mode("append").save(path)
