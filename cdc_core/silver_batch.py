@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
 from cdc_core.silver_fast import fast_value
 from cdc_core.silver_shape import TableShape, arrow_type, spark_type
+from cdc_core.silver_table import quoted
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
          "_cdc_delta", "_xid", "_read_view"]  # fmt: skip
@@ -162,7 +163,7 @@ def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
             *[F.when(~plain, F.col(c)).alias(c) for c in texts],
         ).localCheckpoint()
         quick = staged.where("__cdc_plain").select(
-            *[f.name for f in meta], *[F.col(_quoted(f.name)) for f in fields + old],
+            *[f.name for f in meta], *[F.col(quoted(f.name)) for f in fields + old],
             F.create_map().cast(out["_cdc_raw"].dataType).alias("_cdc_raw"),
         )  # fmt: skip
         rest = staged.where(~F.col("__cdc_plain")).select(*[f.name for f in meta], *texts)
@@ -176,11 +177,6 @@ def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
         .withColumnRenamed("op", "_cdc_op")
         .withColumn("_cdc_commit_ts", F.timestamp_micros("_commit_ts_us"))
     )  # fmt: skip
-
-
-def _quoted(name: str) -> str:
-    """A column name as Spark reads it literally (a name may hold dots or backticks)."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Column] | None:

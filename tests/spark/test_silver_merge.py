@@ -290,3 +290,14 @@ def test_a_batch_summary_names_each_column_some_change_did_not_carry(spark: Spar
     assert summary is not None
     changes, end, truncated, unsent, reads = summary
     assert (changes, end, truncated, unsent, reads) == (4, (30, 1), None, ["amount", "name"], 1)
+
+
+def test_a_column_named_with_a_dot_and_a_backtick_is_typed_and_merged(
+    spark: SparkSession, table: str
+) -> None:
+    odd = SilverColumn("a.b`c", ColumnType("int4", "b", -1, False), SilverType("int"), "integer")
+    wider = TableShape("public", "t", (*shape().columns, odd), ("id",), ReplicaIdentity.DEFAULT)
+    ensure_silver(spark, table, wider)
+    rows = [change("c", 10, after={**row(1, "a"), odd.name: "7"})]
+    merge_changes(spark, table, wider, bronze(spark, rows), SilverSettings())
+    assert spark.read.format("delta").load(table).select(F.col("`a.b``c`")).first() == (7,)
