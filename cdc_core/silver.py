@@ -30,7 +30,7 @@ from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reader import RESET_PREFIX
 from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
 from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
-from cdc_core.silver_table import ensure_silver, register, sql_name
+from cdc_core.silver_table import ensure_silver, quoted, register, sql_name
 from cdc_core.spark import Spark, each_in_session, session_of
 from cdc_core.stager import StagedFile
 from cdc_core.state import caught_up_file, read_json, schema_history, write_json
@@ -302,7 +302,7 @@ def _append_reads(
     if state is None or state.files:
         return False
     changes = typed(parsed(batch, shape), shape, settings.modes)
-    repeated = changes.groupBy(*[F.col(_q(k)) for k in shape.key]).count().where("count > 1")
+    repeated = changes.groupBy(*[F.col(quoted(k)) for k in shape.key]).count().where("count > 1")
     if repeated.limit(1).count():
         return False
     rows = changes.withColumns({
@@ -313,7 +313,9 @@ def _append_reads(
     target = DeltaTable.forPath(spark, path).toDF().schema
     present = set(rows.columns)
     typed_as_stored = [
-        F.col(_q(f.name)).cast(f.dataType).alias(f.name) for f in target.fields if f.name in present
+        F.col(quoted(f.name)).cast(f.dataType).alias(f.name)
+        for f in target.fields
+        if f.name in present
     ]
     rows = rows.select(*typed_as_stored)
     record: dict[str, object] = {WATERMARK: list(end), **marks}
@@ -362,10 +364,6 @@ def sweep(
         target.delete(older)
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _lit(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -380,15 +378,15 @@ def _cdc_set(deleted: str) -> dict[str, str | Column]:
 def _keyed_merge(
     target: DeltaTable, source: DataFrame, shape: TableShape, settings: SilverSettings
 ) -> DeltaMergeBuilder:
-    on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in shape.key)
+    on = " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in shape.key)
     keep = functools.partial(_unless_unchanged, target_side=True)
-    update: dict[str, str | Column] = {_q(c.name): keep(c.name) for c in shape.columns}
+    update: dict[str, str | Column] = {quoted(c.name): keep(c.name) for c in shape.columns}
     update |= _cdc_set("false")
     update["_cdc_raw"] = ("map_concat(map_filter(coalesce(t._cdc_raw, map()), (k, v) -> "
                           "array_contains(s._unchanged, k)), s._cdc_raw)")  # fmt: skip
     update["_cdc_unavailable"] = "filter(t._cdc_unavailable, c -> array_contains(s._unchanged, c))"
     insert: dict[str, str | Column] = {
-        _q(c.name): _unless_unchanged(c.name, target_side=False) for c in shape.columns
+        quoted(c.name): _unless_unchanged(c.name, target_side=False) for c in shape.columns
     }
     insert |= _cdc_set("false") | {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "s._unchanged"}
     builder = target.alias("t").merge(source.alias("s"), on)
@@ -403,15 +401,16 @@ def _keyed_merge(
 
 def _unless_unchanged(name: str, *, target_side: bool) -> str:
     """A column's new value, unless the change did not carry it (unchanged TOAST)."""
-    kept = f"t.{_q(name)}" if target_side else "NULL"
-    return f"CASE WHEN array_contains(s._unchanged, {_lit(name)}) THEN {kept} ELSE s.{_q(name)} END"
+    kept = f"t.{quoted(name)}" if target_side else "NULL"
+    unsent = f"array_contains(s._unchanged, {_lit(name)})"
+    return f"CASE WHEN {unsent} THEN {kept} ELSE s.{quoted(name)} END"
 
 
 def _multiset_merge(
     target: DeltaTable, source: DataFrame, shape: TableShape, settings: SilverSettings
 ) -> DeltaMergeBuilder:
     count = "t._cdc_count + s._cdc_delta"
-    values: dict[str, str | Column] = {_q(c.name): f"s.{_q(c.name)}" for c in shape.columns}
+    values: dict[str, str | Column] = {quoted(c.name): f"s.{quoted(c.name)}" for c in shape.columns}
     values |= _cdc_set("false") | {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "array()"}
     values |= {"_cdc_row_hash": "s._cdc_row_hash", "_cdc_count": "s._cdc_delta"}
     builder = target.alias("t").merge(source.alias("s"), "t._cdc_row_hash = s._cdc_row_hash")
