@@ -668,10 +668,11 @@ class SilverConfig:
         metadata=meta("keep deleted rows, marked _cdc_deleted = true, instead of deleting them"),
     )
     max_threads: int = field(
-        default=1,
+        default=3,
         metadata=meta("how many mirrors a batch merges at once, each in a Spark session of its "
-                      "own (one's planning and commit overlap another's tasks: for machines "
-                      "with cores to spare; on 2 cores it gained nothing measurable)"),
+                      "own: one's planning, commit and JIT compiling overlap another's tasks "
+                      "(on 2 cores, 3 took a batch of three mirrors from 11.1 to 9.4 s); 1 "
+                      "merges them one after the other"),
     )  # fmt: skip
     decimal_handling_mode: Literal["precise", "double", "string"] = field(
         default="precise",

@@ -71,6 +71,12 @@ def test_sessions_run_in_utc(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
 
 
+def test_sessions_keep_enough_generated_classes_for_a_batch(spark: SparkSession) -> None:
+    """Spark keeps 100 compiled classes by default; a batch of three mirrors runs about 400, so
+    every batch would compile them all again (a static setting: only the JVM's start sets it)."""
+    assert int(spark.conf.get("spark.sql.codegen.cache.maxEntries")) >= 1000
+
+
 def test_each_in_session_keeps_commit_settings_per_thread_and_runs_every_item(
     spark: SparkSession, tmp_path: Path
 ) -> None:
