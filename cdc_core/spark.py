@@ -32,11 +32,19 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 S3A_SETTINGS = "spark.hadoop.fs.s3a."
 
-# Defaults an environment may override, set when the product starts the JVM. A batch of a
-# few tables runs some 400 generated classes; Spark keeps 100 by default, so each batch compiled
-# them all again (and the JIT then compiled them again): about 15% of a continuous batch's
-# time on 2 cores (README, "Freshness").
-_DEFAULTS = {"spark.sql.codegen.cache.maxEntries": "2000"}
+# Defaults an environment may override, set when the product starts the JVM (README,
+# "Freshness"):
+# - A batch of a few tables runs some 400 generated classes; Spark keeps 100 by default, so each
+#   batch compiled them all again (and the JIT then compiled them again): about 15% of a
+#   continuous batch's time on 2 cores.
+# - Adaptive execution coalesces a small shuffle to partitions of its advisory size, not to one
+#   per core: a MERGE of a few thousand changes writes one file into its mirror, not one per
+#   shuffle partition. A mirror's files grew four times slower, and every MERGE until the next
+#   OPTIMIZE touches them all.
+_DEFAULTS = {
+    "spark.sql.codegen.cache.maxEntries": "2000",
+    "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
+}
 # Settings the product relies on, whatever the environment says.
 _RUNTIME = {
     "spark.sql.session.timeZone": "UTC",

@@ -301,3 +301,23 @@ def test_a_column_named_with_a_dot_and_a_backtick_is_typed_and_merged(
     rows = [change("c", 10, after={**row(1, "a"), odd.name: "7"})]
     merge_changes(spark, table, wider, bronze(spark, rows), SilverSettings())
     assert spark.read.format("delta").load(table).select(F.col("`a.b``c`")).first() == (7,)
+
+
+def test_a_batch_adds_one_file_to_its_mirror(spark: SparkSession, table: str) -> None:
+    """Until the next OPTIMIZE, every MERGE of a continuous batch touches the files its changes'
+    keys are in. A batch whose shuffle is well under the advisory partition size (64 MB) writes
+    one file: adaptive execution coalesces to that size, not to one partition per core
+    (`spark.sql.adaptive.coalescePartitions.parallelismFirst`, which the product turns off).
+    Some 4 MB of changes here: with the setting on, they become two files."""
+    template = bronze(spark, [change("c", 10, after=row(0, "a"))]).drop("after", "seq")
+    name = F.concat(*[F.sha2(F.concat(F.lit(s), F.col("id").cast("string")), 256) for s in "ab"])
+    after = F.to_json(F.struct(F.col("id").cast("string").alias("id"), name.alias("name")))
+    changes = (
+        template.crossJoin(spark.range(60_000))
+        .withColumns({"after": after, "seq": F.col("id")})
+        .drop("id")
+    )
+    merge_changes(spark, table, shape(), changes, SilverSettings())
+    metrics = DeltaTable.forPath(spark, table).history(1).first()["operationMetrics"]  # type: ignore[index]
+    assert metrics["numTargetRowsInserted"] == "60000"
+    assert metrics["numTargetFilesAdded"] == "1"
