@@ -1,6 +1,6 @@
 """Decoded changes as they travel from the reader to the stager: ops, relations, change chunks.
 
-A transaction reaches the stager as one or more `ChangeChunk`s (columnar lists, bounded in
+A transaction reaches the stager as one or more `ChangeChunk`s (columnar, bounded in
 size); the chunk that ends it has `last=True` and the commit's end LSN. Chunks of one
 transaction are contiguous and transactions arrive in commit order.
 """
@@ -11,7 +11,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 
+import pyarrow as pa
+
 from cdc_core.pg.pgoutput import ReplicaIdentity
+
+_COLUMN_TYPES = (pa.int64(), pa.int64(), pa.large_binary())
 
 
 class ChangeOp(str, Enum):
@@ -105,12 +109,14 @@ class RelationDescriptor:
 
 @dataclass
 class ChangeChunk:
-    """Part of one committed transaction: one entry per change in each list.
+    """Part of one committed transaction: its changes, in order, as three columns.
 
     A change is kept as the pgoutput message the server sent (INSERT, UPDATE, DELETE, TRUNCATE
     or a transactional MESSAGE), exact and lossless; decoding its tuples happens after
     staging. `versions` maps each relation OID of the chunk to the version of its Relation
     descriptor (a schema change inside a chunk splits it, so one version per OID holds).
+    Changes arrive one at a time (`add`) or as Arrow blocks (`add_block`, the reader's fast
+    path); `columns` hands them over as Arrow arrays.
     """
 
     xid: int
@@ -119,12 +125,66 @@ class ChangeChunk:
     first_seq: int  # position in the transaction of this chunk's first change
     last: bool = False
     end_lsn: int = 0  # set on the last chunk: just past the commit record
-    lsn: list[int] = field(default_factory=list)
-    relation_oid: list[int | None] = field(default_factory=list)
-    message: list[bytes] = field(default_factory=list)
     versions: dict[int, int] = field(default_factory=dict)
     nbytes: int = 0
     relations: list[RelationDescriptor] = field(default_factory=list)  # first seen in this chunk
+    _blocks: list[tuple[pa.Array, pa.Array, pa.Array]] = field(default_factory=list, repr=False)
+    _lsn: list[int] = field(default_factory=list, repr=False)  # changes added one at a time,
+    _oid: list[int | None] = field(default_factory=list, repr=False)  # after the blocks
+    _message: list[bytes] = field(default_factory=list, repr=False)
+    _count: int = 0
 
     def __len__(self) -> int:
-        return len(self.lsn)
+        return self._count
+
+    def add(self, lsn: int, relation_oid: int | None, message: bytes) -> None:
+        """One change after the others."""
+        self._lsn.append(lsn)
+        self._oid.append(relation_oid)
+        self._message.append(message)
+        self._count += 1
+        self.nbytes += len(message)
+
+    def add_block(
+        self, lsn: pa.Array, relation_oid: pa.Array, message: pa.Array, nbytes: int
+    ) -> None:
+        """Changes after the others: int64, int64 and (large_)binary arrays of one length, and
+        the bytes of their messages."""
+        self._seal()
+        self._blocks.append((lsn, relation_oid, message))
+        self._count += len(lsn)
+        self.nbytes += nbytes
+
+    def _seal(self) -> None:
+        if self._lsn:
+            self._blocks.append((
+                pa.array(self._lsn, pa.int64()), pa.array(self._oid, pa.int64()),
+                pa.array(self._message, pa.large_binary()),
+            ))  # fmt: skip
+            self._lsn, self._oid, self._message = [], [], []
+
+    def columns(self) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """lsn (int64), relation_oid (int64, null for logical messages), message (large_binary)."""
+        self._seal()
+        if not self._blocks:
+            return tuple(pa.array([], t) for t in _COLUMN_TYPES)
+        if len(self._blocks) > 1:
+            lsn, oid, message = (pa.concat_arrays(
+                [b[i].cast(t) for b in self._blocks]) for i, t in enumerate(_COLUMN_TYPES)
+            )  # fmt: skip
+            self._blocks = [(lsn, oid, message)]
+        lsn, oid, message = self._blocks[0]
+        return lsn, oid, message.cast(pa.large_binary())
+
+    # copies as Python lists, for tests and tools (changes are added with `add`)
+    @property
+    def lsn(self) -> list[int]:
+        return self.columns()[0].to_pylist()  # type: ignore[no-any-return]
+
+    @property
+    def relation_oid(self) -> list[int | None]:
+        return self.columns()[1].to_pylist()  # type: ignore[no-any-return]
+
+    @property
+    def message(self) -> list[bytes]:
+        return self.columns()[2].to_pylist()  # type: ignore[no-any-return]

@@ -10,10 +10,12 @@ reader keeps up with the server's own decoding. Batches of messages come from a 
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
 
 from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.errors import DecodeError
@@ -24,7 +26,6 @@ from cdc_core.pg import pgoutput as po
 
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
-_ROW_CHANGES = frozenset(b"IUD")
 _TAGS = {"c": "I", "u": "U", "d": "D"}  # Debezium op -> pgoutput message tag
 WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""
@@ -33,7 +34,66 @@ HEARTBEAT_PREFIX = "cdc-lake.heartbeat"
 RESET_PREFIX = "cdc-lake.reset"
 """Prefix of the message that starts a recreated table's mirror over (content: the table,
 `schema.table`); staged whatever the prefix filters, applied by silver as a TRUNCATE."""
-_OID = struct.Struct(">I").unpack_from
+_INSERT, _UPDATE, _DELETE = b"IUD"
+
+
+def _among(values: np.ndarray, wanted: Collection[int]) -> np.ndarray:
+    """`np.isin` without its fixed cost for a handful of values (the usual case)."""
+    if len(wanted) > 8:
+        return np.isin(values, np.fromiter(wanted, np.int64, len(wanted)))
+    found = np.zeros(len(values), np.bool_)
+    for w in wanted:
+        found |= values == w
+    return found
+
+
+class _Block:
+    """A batch of messages as one Arrow array: kinds, OIDs and sizes read without Python."""
+
+    def __init__(self, batch: list[tuple[int, bytes]]) -> None:
+        self.batch = batch
+        self.message = pa.array([m for _, m in batch], pa.large_binary())
+        self.lsns = np.array([lsn for lsn, _ in batch], np.int64)
+        self.offsets = np.frombuffer(self.message.buffers()[1], np.int64, len(batch) + 1)
+        values = self.message.buffers()[2]
+        empty = values is None
+        self.values = np.zeros(0, np.uint8) if empty else np.frombuffer(values, np.uint8)
+        empty_at = np.flatnonzero(self.offsets[1:] == self.offsets[:-1])
+        if len(empty_at):
+            raise DecodeError(f"an empty message at LSN {Lsn(self.lsn(int(empty_at[0])))}")
+        self.kinds = self.values[self.offsets[:-1]]
+        kinds = self.kinds
+        self.is_row = (kinds == _INSERT) | (kinds == _UPDATE) | (kinds == _DELETE)
+
+    def lsn(self, i: int) -> int:
+        return int(self.lsns[i])
+
+    def oids(self, start: int, end: int) -> np.ndarray:
+        """The relation OIDs of row changes `start:end` (bytes 1-4 of each, big-endian)."""
+        at = self.offsets[start:end]
+        short = np.flatnonzero(self.offsets[start + 1 : end + 1] - at < 5)
+        if len(short):
+            i = start + int(short[0])
+            raise DecodeError(f"a row change without a relation OID at LSN {Lsn(self.lsn(i))}")
+        v = self.values
+        oids: np.ndarray = (
+            (v[at + 1].astype(np.int64) << 24) | (v[at + 2].astype(np.int64) << 16)
+            | (v[at + 3].astype(np.int64) << 8) | v[at + 4].astype(np.int64)
+        )  # fmt: skip
+        return oids
+
+    def sizes(self, rows: np.ndarray) -> np.ndarray:
+        sizes: np.ndarray = self.offsets[rows + 1] - self.offsets[rows]
+        return sizes
+
+    def take(self, rows: np.ndarray, oids: np.ndarray) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """lsn, relation_oid and message arrays of `rows` (ascending); a run is a slice."""
+        first, n = int(rows[0]), len(rows)
+        if int(rows[-1]) - first + 1 == n:
+            message = self.message.slice(first, n)
+        else:
+            message = self.message.take(pa.array(rows))
+        return pa.array(self.lsns[rows]), pa.array(oids), message
 
 
 @dataclass(frozen=True)
@@ -97,38 +157,86 @@ class Assembler:
         return out[0] if out else None
 
     def feed_many(self, messages: Iterable[tuple[int, bytes]]) -> list[ChangeChunk]:
-        """A batch of messages; the chunks they completed (or filled), in order."""
+        """A batch of messages; the chunks they completed (or filled), in order.
+
+        Row changes (INSERT, UPDATE, DELETE) between two other messages are handled as one
+        block with Arrow and numpy: their relation OIDs are read, filtered and appended
+        without a Python step per change. Every other message goes through `_other`.
+        """
+        batch = messages if isinstance(messages, list) else list(messages)
         out: list[ChangeChunk] = []
-        versions, row_changes, oid_of, skipped, plans = (
-            self.versions, _ROW_CHANGES, _OID, self.skipped_tags, self.plans
-        )  # fmt: skip
+        if not batch:
+            return out
+        block = _Block(batch)
+        start = 0
+        for k in [*np.flatnonzero(~block.is_row).tolist(), len(batch)]:
+            if k > start:
+                self._rows(block, start, k, out)
+            if k == len(batch):
+                break
+            done = self._other(batch[k][0], batch[k][1])
+            if done is not None:
+                out.append(done)
+            if self.finished:
+                break  # the rest belongs to the next run
+            start = k + 1
+        return out
+
+    def _rows(self, block: _Block, start: int, end: int, out: list[ChangeChunk]) -> None:
+        """The row changes `start:end` of a block: keep those of captured tables and
+        operations, and hand over the chunk each time it fills."""
+        chunk = self.chunk
+        if chunk is None:
+            raise DecodeError(f"a change outside any transaction at LSN {Lsn(block.lsn(start))}")
+        if self.skipping:
+            return  # already staged
+        oids = block.oids(start, end)
+        keep = _among(oids, self.versions.keys())
+        if self.skipped_tags:
+            keep &= ~_among(block.kinds[start:end], self.skipped_tags)
+        if keep.all():
+            taken = np.arange(start, end)
+        else:
+            taken = np.flatnonzero(keep) + start
+            oids = oids[keep]
+        if not len(taken):
+            return  # tables not captured, or skipped operations
+        if self.plans and _among(oids, self.plans.keys()).any():
+            self._rewritten(block, taken.tolist(), oids.tolist(), out)
+            return
+        sizes = block.sizes(taken)
         max_changes, max_bytes = self.budget.changes, self.budget.nbytes
-        chunk, skipping = self.chunk, self.skipping
-        for lsn, message in messages:
-            data = message
-            if data[0] not in row_changes:
-                done = self._other(lsn, data)
-                if done is not None:
-                    out.append(done)
-                if self.finished:
-                    break  # the rest belongs to the next run
-                chunk, skipping = self.chunk, self.skipping
-                continue
-            if chunk is None:
-                raise DecodeError(f"a change outside any transaction at LSN {Lsn(lsn)}")
-            oid = oid_of(data, 1)[0]
-            if skipping or oid not in versions or data[0] in skipped:
-                continue  # already staged, a table not captured, or a skipped operation
-            if plans and oid in plans:
+        while len(taken):
+            # the first change after which the chunk is full, as adding one at a time would say
+            full_at = max_changes - len(chunk) - 1
+            over = np.flatnonzero(chunk.nbytes + np.cumsum(sizes) >= max_bytes)
+            if len(over):
+                full_at = min(full_at, int(over[0]))
+            n = min(len(taken), full_at + 1)
+            chunk.add_block(*block.take(taken[:n], oids[:n]), int(sizes[:n].sum()))
+            if n <= full_at:
+                return
+            out.append(self._split(chunk))
+            chunk = self.chunk
+            assert chunk is not None
+            taken, oids, sizes = taken[n:], oids[n:], sizes[n:]
+
+    def _rewritten(
+        self, block: _Block, taken: list[int], oids: list[int], out: list[ChangeChunk]
+    ) -> None:
+        """Row changes of tables with column rules: each message is rewritten before staging."""
+        chunk = self.chunk
+        assert chunk is not None
+        plans, max_changes, max_bytes = self.plans, self.budget.changes, self.budget.nbytes
+        for i, oid in zip(taken, oids, strict=True):
+            lsn, data = block.batch[i]
+            if oid in plans:
                 data = plans[oid].rewrite(data)  # column filters and transforms, before staging
-            chunk.lsn.append(lsn)
-            chunk.relation_oid.append(oid)
-            chunk.message.append(data)
-            chunk.nbytes += len(data)
-            if len(chunk.lsn) >= max_changes or chunk.nbytes >= max_bytes:
+            chunk.add(lsn, oid, data)
+            if len(chunk) >= max_changes or chunk.nbytes >= max_bytes:
                 out.append(self._split(chunk))
                 chunk = self.chunk
-        return out
+                assert chunk is not None
 
     def _other(self, lsn: int, data: bytes) -> ChangeChunk | None:
         msg = po.decode(data, lsn)
@@ -225,10 +333,7 @@ class Assembler:
             return None
         for oid in msg.relation_oids:
             if oid in self.versions:
-                chunk.lsn.append(lsn)
-                chunk.relation_oid.append(oid)
-                chunk.message.append(data)
-                chunk.nbytes += len(data)
+                chunk.add(lsn, oid, data)
         return self._split_if_full(chunk)
 
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
@@ -240,10 +345,7 @@ class Assembler:
             chunk = self.chunk
             if chunk is None or self.skipping:
                 return None
-            chunk.lsn.append(lsn)
-            chunk.relation_oid.append(None)
-            chunk.message.append(data)
-            chunk.nbytes += len(data)
+            chunk.add(lsn, None, data)
             return self._split_if_full(chunk)
         if self.chunk is not None:
             return None  # a lone message never arrives inside a transaction
@@ -253,9 +355,6 @@ class Assembler:
         if msg.lsn.value <= self.skip_before:
             return None  # already staged
         lone = self._new_chunk(0, msg.lsn.value, self.now_us(), 0)
-        lone.lsn.append(lsn)
-        lone.relation_oid.append(None)
-        lone.message.append(data)
-        lone.nbytes += len(data)
+        lone.add(lsn, None, data)
         lone.last, lone.end_lsn = True, msg.lsn.value
         return lone

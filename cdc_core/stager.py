@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -42,7 +43,7 @@ SCHEMA = pa.schema(
         ("message", pa.binary()),  # the pgoutput message exactly as the server sent it
     ]
 )
-_PG_KINDS = pa.array(["I", "U", "D", "T", "M"])
+_PG_KINDS = pa.array(["I", "U", "D", "T", "M"], pa.large_string())
 _OPS = pa.array([op.value for op in (ChangeOp.CREATE, ChangeOp.UPDATE, ChangeOp.DELETE,
                                      ChangeOp.TRUNCATE, ChangeOp.MESSAGE)])  # fmt: skip
 
@@ -170,7 +171,7 @@ class Stager:
         self._reset_file()
 
     def _reset_file(self) -> None:
-        self._columns: dict[str, list[object]] = {f.name: [] for f in SCHEMA}
+        self._parts: list[pa.RecordBatch] = []  # buffered changes, written as one row group
         self._buffered = self._buffered_bytes = 0
         self._writer: pq.ParquetWriter | None = None
         self._path: Location | None = None
@@ -218,21 +219,29 @@ class Stager:
         n = len(chunk)
         if self._file_start is None:
             self._file_start = chunk.commit_lsn
-        cols = self._columns
-        cols["commit_lsn"].extend([chunk.commit_lsn] * n)
-        cols["xid"].extend([chunk.xid] * n)
-        cols["commit_time_us"].extend([chunk.commit_time_us] * n)
-        cols["seq"].extend(range(chunk.first_seq, chunk.first_seq + n))
-        cols["lsn"].extend(chunk.lsn)
-        cols["relation_oid"].extend(chunk.relation_oid)
-        cols["message"].extend(chunk.message)
+        lsn, oid, message = chunk.columns()
         versions = chunk.versions
-        cols["relation_version"].extend(
-            [None if o is None else versions[o] for o in chunk.relation_oid]
-        )
-        self._file_relations.update(
-            (o, versions[o]) for o in set(chunk.relation_oid) if o is not None
-        )
+        used = [o for o in pc.unique(oid).to_pylist() if o is not None]
+        missing = [o for o in used if o not in versions]
+        if missing:
+            raise TerminalError(f"changes of relation OIDs {missing} without a Relation descriptor")
+        known = pa.array(list(versions), pa.int64())
+        version = pa.array(list(versions.values()), pa.int32()).take(pc.index_in(oid, known))
+        self._file_relations.update((o, versions[o]) for o in used)
+        first = pc.cast(pc.binary_slice(message, 0, 1), pa.large_string())
+        columns = {
+            "commit_lsn": pa.array(np.full(n, chunk.commit_lsn, np.int64)),
+            "xid": pa.array(np.full(n, chunk.xid, np.int64)),
+            "commit_time_us": pa.array(np.full(n, chunk.commit_time_us, np.int64)),
+            "lsn": lsn,
+            "seq": pa.array(np.arange(chunk.first_seq, chunk.first_seq + n, dtype=np.int32)),
+            "op": _OPS.take(pc.index_in(first, value_set=_PG_KINDS)),
+            "relation_oid": oid,
+            "relation_version": version,
+            "message": message.cast(pa.binary()),
+        }
+        part = pa.RecordBatch.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
+        self._parts.append(part)
         self._buffered += n
         self._buffered_bytes += chunk.nbytes
         self._file_rows += n
@@ -251,12 +260,9 @@ class Stager:
             self._writer = pq.ParquetWriter(
                 where, SCHEMA, compression=self.compression, filesystem=fs
             )
-        arrays = {f.name: pa.array(self._columns[f.name], f.type) for f in SCHEMA if f.name != "op"}
-        first_bytes = pc.cast(pc.binary_slice(arrays["message"], 0, 1), pa.string())
-        arrays["op"] = _OPS.take(pc.index_in(first_bytes, value_set=_PG_KINDS))
-        table = pa.Table.from_arrays([arrays[f.name] for f in SCHEMA], schema=SCHEMA)
-        self._writer.write_table(table)
-        self._columns = {f.name: [] for f in SCHEMA}
+        table = pa.Table.from_batches(self._parts, schema=SCHEMA)
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))  # one row group
+        self._parts = []
         self._buffered = self._buffered_bytes = 0
 
     def flush(self) -> StagedFile | None:

@@ -620,9 +620,10 @@ class CaptureConfig:
         default=ByteSize(256 << 20), metadata=meta("or past this many bytes")
     )
     peek_changes: int = field(
-        default=100_000,
-        metadata=meta("source.reader sql: changes per peek (checked between transactions)"),
-    )
+        default=1_000_000,
+        metadata=meta("source.reader sql: changes per peek (checked between transactions); the "
+                      "server keeps a peek's result in a temporary file past work_mem"),
+    )  # fmt: skip
     compression: Literal["zstd", "snappy", "none"] = field(
         default="zstd", metadata=meta("Parquet compression of staged files")
     )

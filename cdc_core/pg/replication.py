@@ -1,7 +1,7 @@
 """Reading a slot: the streaming replication protocol (COPY BOTH) or bounded SQL peeks.
 
 Both yield batches of `(lsn, message bytes)` pairs in the order the server decodes them (a
-batch is whatever arrived together, at most `BATCH` messages), plus marks:
+batch is whatever arrived together, at most `BATCH` messages or about `BATCH_BYTES`), plus marks:
 `CaughtUp(p)` (the server has sent everything before `p`) and, for peeks, `Checkpoint`
 (stage what came so far before the next peek). Neither moves the slot on its own: `confirm`
 is called with positions that are durably staged.
@@ -46,6 +46,7 @@ class Checkpoint:
 Batch = list[tuple[int, bytes]]
 Event = Batch | CaughtUp | Checkpoint
 BATCH = 10_000
+BATCH_BYTES = 16 << 20  # a stream batch also ends past this many bytes (the reader copies it)
 
 
 def _options(publication: str) -> list[str]:
@@ -94,19 +95,21 @@ class StreamSource:
         header = _XLOG_HEADER.unpack_from
         probe_at = time.monotonic() + self.idle_probe_s
         batch: Batch = []
+        nbytes = 0
         while True:
             n, buf = get(1)
             if n > 0:
                 kind = buf[0]
                 if kind == 0x77:  # 'w' XLogData: start, WAL end, send time, one pgoutput message
                     batch.append((header(buf, 1)[0], bytes(buf[25:])))
-                    if len(batch) >= BATCH:
+                    nbytes += n
+                    if len(batch) >= BATCH or nbytes >= BATCH_BYTES:
                         yield batch
-                        batch = []
+                        batch, nbytes = [], 0
                 elif kind == 0x6B:  # 'k' keepalive: WAL end, send time, reply requested
                     if batch:
                         yield batch
-                        batch = []
+                        batch, nbytes = [], 0
                     wal_end, _, reply = _KEEPALIVE.unpack_from(buf, 1)
                     if reply:
                         self._status(request_reply=False)
@@ -114,7 +117,7 @@ class StreamSource:
                 continue
             if batch:  # the socket is drained: hand over what came
                 yield batch
-                batch = []
+                batch, nbytes = [], 0
                 probe_at = time.monotonic() + self.idle_probe_s
                 continue
             if n < 0:
@@ -179,7 +182,7 @@ class SqlSource:
     """`pg_logical_slot_peek_binary_changes` bounded by LSN and count, then an advance."""
 
     def __init__(
-        self, dsn: Dsn, slot: str, publication: str, *, peek_changes: int = 100_000
+        self, dsn: Dsn, slot: str, publication: str, *, peek_changes: int = 1_000_000
     ) -> None:
         self.dsn, self.slot, self.publication = dsn, slot, publication
         self.peek_changes = peek_changes
@@ -210,7 +213,7 @@ class SqlSource:
                     cur.execute(query, (self.slot, str(limit), self.peek_changes, *options))
                     while fetched := cur.fetchmany(BATCH):
                         rows += len(fetched)
-                        yield [(int(lsn), bytes(data)) for lsn, data in fetched]  # type: ignore[call-overload]
+                        yield fetched  # type: ignore[misc]  # (bigint, bytea) rows: (int, bytes)
             except psycopg.OperationalError as e:
                 raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
             if rows == 0:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import struct
 from pathlib import Path
 
 import pytest
@@ -241,3 +243,81 @@ def test_messages_are_kept_or_dropped_by_prefix() -> None:
     assert prefixes(lambda p: True) == ["heartbeat", "outbox"]
     assert prefixes(lambda p: p == "outbox") == ["outbox"]
     assert prefixes(lambda p: False) == []
+
+
+def _synthetic(seed: int) -> tuple[list[tuple[int, bytes]], list[list[tuple[int, bytes]]]]:
+    """Transactions of random inserts, updates and deletes of three tables (items and other
+    captured), built byte by byte; and each transaction's captured changes, in order."""
+    rng = random.Random(seed)
+
+    def relation(oid: int, name: str) -> bytes:
+        column = b"\x01id\x00" + struct.pack(">Ii", 20, -1)
+        return (
+            b"R"
+            + struct.pack(">I", oid)
+            + b"public\x00"
+            + name.encode()
+            + b"\x00d"
+            + (struct.pack(">h", 1) + column)
+        )
+
+    def change(kind: bytes, oid: int, size: int) -> bytes:
+        value = b"v" * size
+        return (
+            kind + struct.pack(">I", oid) + b"N" + struct.pack(">hci", 1, b"t", len(value)) + value
+        )
+
+    oids = {100: "items", 200: "other", 300: "elsewhere"}
+    stream: list[tuple[int, bytes]] = []
+    expected: list[list[tuple[int, bytes]]] = []
+    lsn = 1000
+    for xid in range(1, 40):
+        changes = [(rng.choice(b"IUD"), rng.choice(list(oids)), rng.randrange(1, 300))
+                   for _ in range(rng.randrange(0, 60))]  # fmt: skip
+        end = lsn + 10 * (len(changes) + 3)
+        stream.append((lsn, b"B" + struct.pack(">QqI", end - 5, 1_700_000_000_000_000, xid)))
+        if xid <= 3:
+            stream += [(lsn, relation(oid, name)) for oid, name in oids.items()]
+        kept = []
+        for i, (kind, oid, size) in enumerate(changes):
+            message = change(bytes([kind]), oid, size)
+            stream.append((lsn + 10 * (i + 1), message))
+            if oid != 300 and kind != ord("U"):
+                kept.append((lsn + 10 * (i + 1), message))
+        stream.append((end - 5, b"C\x00" + struct.pack(">QQq", end - 5, end, 1)))
+        expected.append(kept)
+        lsn = end
+    return stream, expected
+
+
+@pytest.mark.parametrize("budget", [Budget(), Budget(changes=7), Budget(nbytes=1500),
+                                    Budget(changes=5, nbytes=900)])  # fmt: skip
+def test_blocks_of_row_changes_split_and_filter_as_one_change_at_a_time(budget: Budget) -> None:
+    stream, expected = _synthetic(seed=7)
+    tables = [ITEMS, OTHER]
+    assembler = Assembler(tables, describe, budget=budget, skipped=["u"])
+    batched = [  # batches of 97 messages, which cut transactions anywhere
+        c for i in range(0, len(stream), 97) for c in assembler.feed_many(stream[i : i + 97])
+    ]
+    one_by_one = run_messages(Assembler(tables, describe, budget=budget, skipped=["u"]), stream)
+    key = [(c.commit_lsn, c.first_seq, c.last, c.lsn, c.relation_oid, c.message, c.nbytes)
+           for c in batched]  # fmt: skip
+    assert key == [
+        (c.commit_lsn, c.first_seq, c.last, c.lsn, c.relation_oid, c.message, c.nbytes)
+        for c in one_by_one
+    ]
+    # each transaction's captured changes, whole and in order, in chunks within the budget
+    by_transaction: dict[int, list[tuple[int, bytes]]] = {}
+    for c in batched:
+        by_transaction.setdefault(c.commit_lsn, []).extend(zip(c.lsn, c.message, strict=True))
+        assert len(c) <= budget.changes
+        assert c.nbytes - len(c.message[-1] if len(c) else b"") < budget.nbytes
+        assert c.nbytes == sum(len(m) for m in c.message)
+    assert list(by_transaction.values()) == expected
+    sizes = [len(c) for c in batched if c.commit_lsn == batched[-1].commit_lsn]
+    if budget.changes == 7 and len(expected[-1]) > 7:
+        assert sizes[:-1] == [7] * (len(sizes) - 1)
+
+
+def run_messages(assembler: Assembler, stream: list[tuple[int, bytes]]) -> list:
+    return [c for lsn, data in stream if (c := assembler.feed(lsn, data)) is not None]

@@ -49,10 +49,7 @@ def chunk(
         xid=commit, commit_lsn=commit, commit_time_us=1_700_000_000_000_000, first_seq=first_seq
     )
     for i in range(n):
-        c.lsn.append(commit - 100 + first_seq + i)
-        c.relation_oid.append(ORDERS.oid)
-        c.message.append(insert(first_seq + i))
-        c.nbytes += 20
+        c.add(commit - 100 + first_seq + i, ORDERS.oid, insert(first_seq + i))
     c.versions = {ORDERS.oid: 0}
     c.last, c.end_lsn = last, end if last else 0
     if relations:
@@ -164,9 +161,7 @@ def test_a_new_stager_resumes_after_the_last_published_file(tmp_path: Path) -> N
 def test_ops_follow_the_message_type_and_messages_have_no_relation(tmp_path: Path) -> None:
     c = chunk(1000, 1010, 1, relations=True)
     for kind in (b"U", b"D", b"T", b"M"):
-        c.lsn.append(1000)
-        c.relation_oid.append(None if kind == b"M" else ORDERS.oid)
-        c.message.append(kind + b"...")
+        c.add(1000, None if kind == b"M" else ORDERS.oid, kind + b"...")
     s = stager(tmp_path)
     s.add(c)
     staged = s.flush()
@@ -186,13 +181,10 @@ def test_the_largest_change_of_some_files_is_named_by_size_table_and_lsn(tmp_pat
     small = chunk(1000, 1010, 3, relations=True)
     s.add(small)
     first = s.flush()
-    big = chunk(2000, 2010, 2)
-    big.message[1] += b"x" * 5000  # the second change of the second file
-    big.lsn[1] = 1950
+    big = chunk(2000, 2010, 1)
+    big.add(1950, ORDERS.oid, insert(1) + b"x" * 5000)  # the second change of the second file
     logical = chunk(3000, 3010, 0)
-    logical.lsn.append(2990)
-    logical.relation_oid.append(None)
-    logical.message.append(b"M" + b"y" * 9000)
+    logical.add(2990, None, b"M" + b"y" * 9000)
     s.add(big)
     second = s.flush()
     s.add(logical)
