@@ -3,9 +3,9 @@
 `Assembler` (pure, no I/O) turns pgoutput messages into `ChangeChunk`s. It drops what is
 already staged, stops at the first transaction committed at or after `stop_at`, and keeps a
 large transaction within a memory budget by handing it over in several chunks. A change is
-kept as the message the server sent; the hot loop only reads its relation OID, so the
-reader keeps up with the server's own decoding. Batches of messages come from a source in
-`cdc_core.pg.replication`.
+kept as the message the server sent. The row changes of a batch are handled as Arrow blocks:
+numpy reads each one's type and relation OID, and no Python step runs per change. Batches of
+messages come from a source in `cdc_core.pg.replication`.
 """
 
 from __future__ import annotations
