@@ -148,7 +148,7 @@ class ChangeChunk:
     def add_block(
         self, lsn: pa.Array, relation_oid: pa.Array, message: pa.Array, nbytes: int
     ) -> None:
-        """Changes after the others: int64, int64 and (large_)binary arrays of one length, and
+        """Changes after the others: int64, int64 and large_binary arrays of one length, and
         the bytes of their messages."""
         self._seal()
         self._blocks.append((lsn, relation_oid, message))
@@ -169,12 +169,9 @@ class ChangeChunk:
         if not self._blocks:
             return tuple(pa.array([], t) for t in _COLUMN_TYPES)
         if len(self._blocks) > 1:
-            lsn, oid, message = (pa.concat_arrays(
-                [b[i].cast(t) for b in self._blocks]) for i, t in enumerate(_COLUMN_TYPES)
-            )  # fmt: skip
+            lsn, oid, message = (pa.concat_arrays([b[i] for b in self._blocks]) for i in range(3))
             self._blocks = [(lsn, oid, message)]
-        lsn, oid, message = self._blocks[0]
-        return lsn, oid, message.cast(pa.large_binary())
+        return self._blocks[0]
 
     # copies as Python lists, for tests and tools (changes are added with `add`)
     @property

@@ -225,18 +225,16 @@ class Assembler:
         self, block: _Block, taken: list[int], oids: list[int], out: list[ChangeChunk]
     ) -> None:
         """Row changes of tables with column rules: each message is rewritten before staging."""
-        chunk = self.chunk
-        assert chunk is not None
-        plans, max_changes, max_bytes = self.plans, self.budget.changes, self.budget.nbytes
+        plans = self.plans
         for i, oid in zip(taken, oids, strict=True):
             lsn, data = block.batch[i]
             if oid in plans:
                 data = plans[oid].rewrite(data)  # column filters and transforms, before staging
-            chunk.add(lsn, oid, data)
-            if len(chunk) >= max_changes or chunk.nbytes >= max_bytes:
-                out.append(self._split(chunk))
-                chunk = self.chunk
-                assert chunk is not None
+            assert self.chunk is not None
+            self.chunk.add(lsn, oid, data)
+            full = self._split_if_full(self.chunk)
+            if full is not None:
+                out.append(full)
 
     def _other(self, lsn: int, data: bytes) -> ChangeChunk | None:
         msg = po.decode(data, lsn)
