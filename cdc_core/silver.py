@@ -17,18 +17,26 @@ import re
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaMergeBuilder, DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core import delta_log, faults
 from cdc_core.envelope import MESSAGES_TABLE
 from cdc_core.errors import TerminalError
+from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake, local_path
 from cdc_core.lake_state import committing, read_watermark, table_version
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reader import RESET_PREFIX
-from cdc_core.silver_batch import after_position, keyed_source, multiset_source, parsed, typed
+from cdc_core.silver_batch import (
+    after_position,
+    keyed_source,
+    multiset_source,
+    parsed,
+    typed,
+    typed_with,
+)
 from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
 from cdc_core.silver_table import ensure_silver, quoted, register, sql_name
 from cdc_core.spark import Spark, each_in_session, session_of
@@ -162,10 +170,13 @@ def apply_table(
     after = _position(mark[WATERMARK]) if mark else (-1, -1)
     since = shapes_since(mark)
     rows = _pending(spark, lake, table, after, frontier)
-    summary = _summary(rows)
+    ready = _typed_pending(rows, history, since, settings)
+    summary = ready.summary if ready is not None else _summary(rows)
     if summary is not None and summary[2] is not None:  # the mirror starts over at a TRUNCATE:
         since = max(since or 0, summary[2][2])  # shapes recorded before it no longer count
     shape = table_shape(history, settings.modes, settings.propagates, since=since)
+    if ready is not None and ready.shape != shape:
+        ready = None  # typed by the shapes the TRUNCATE set aside: typed again, by this one
     ensure_silver(spark, path, shape)
     if settings.register:
         register(spark, path, shape, settings.database)
@@ -174,18 +185,58 @@ def apply_table(
     changes, end, truncated, unsent, reads = summary
     marks = {SINCE: since} if since is not None else {}
     batch = rows.where(~after_position(*end))
+    typed_rows = ready.rows if ready is not None else None
     if truncated is not None:  # only what follows the last TRUNCATE counts
         position = truncated[:2]
         _empty(spark, path, settings, version=position[0], watermark=position, marks=marks)
         batch = batch.where((F.col("op") != "t") & after_position(*position))
+        if typed_rows is not None:
+            typed_rows = typed_rows.where(
+                (F.col("_cdc_op") != "t")
+                & after_position(*position, lsn_column="_cdc_lsn", seq_column="_cdc_seq")
+            )
     if reads and not shape.key:  # a snapshot of a table without a key replaces its content
         _empty(spark, path, settings, version=end[0], watermark=after, marks=marks)
+    if typed_rows is None and shape.key:
+        typed_rows = typed(parsed(batch, shape), shape, settings.modes)
     only_reads = shape.key and reads == changes and truncated is None
-    if not (only_reads and _append_reads(spark, lake, path, batch, shape, end=end,
-                                         settings=settings, marks=marks)):  # fmt: skip
-        _merge(spark, path, shape, batch, end=end, settings=settings, unsent=unsent,
-               reads=reads > 0, marks=marks)  # fmt: skip
+    if not (only_reads and typed_rows is not None
+            and _append_reads(spark, lake, path, typed_rows, shape, end=end, settings=settings,
+                              marks=marks)):  # fmt: skip
+        _merge(spark, path, shape, batch if typed_rows is None else typed_rows, end=end,
+               settings=settings, unsent=unsent, reads=reads > 0, marks=marks)  # fmt: skip
     return TableResult(table.qualified, changes)
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """A keyed table's pending rows typed by `shape`, and their summary (`_summary`)."""
+
+    shape: TableShape
+    rows: DataFrame
+    summary: Summary | None
+
+
+def _typed_pending(
+    rows: DataFrame,
+    history: list[tuple[int, RelationDescriptor]],
+    since: int | None,
+    settings: SilverSettings,
+) -> _Typed | None:
+    """The pending rows of a keyed table, typed by the shapes recorded since the mirror last
+    started over, with their summary from the same materialized rows: one pass over bronze,
+    where summarising first costs a pass of its own. None (summarise bronze first) when those
+    shapes do not agree (a TRUNCATE in the batch may set the older ones aside) or the table
+    has no key (its changes are counted before they are typed)."""
+    try:
+        shape = table_shape(history, settings.modes, settings.propagates, since=since)
+    except SchemaChangeError:
+        return None
+    if not shape.key:
+        return None
+    found = _summary_aggregates(unchanged="_unchanged", staged_file="_staged_file")
+    changes, row = typed_with(parsed(rows, shape), shape, settings.modes, found)
+    return _Typed(shape, changes, _read_summary(row))
 
 
 def shapes_since(mark: dict[str, object] | None) -> int | None:
@@ -202,24 +253,32 @@ def _position(value: object) -> tuple[int, int]:
     return int(value[0]), int(value[1])
 
 
-def _summary(
-    rows: DataFrame,
-) -> tuple[int, tuple[int, int], tuple[int, int, int] | None, list[str], int] | None:
-    """One pass over the pending rows: how many, the last position, the last TRUNCATE's (and
-    the first LSN of the staged file that held it), which columns some change did not carry
-    (unchanged TOAST), and how many snapshot reads."""
+Summary = tuple[int, tuple[int, int], tuple[int, int, int] | None, list[str], int]
+
+
+def _summary(rows: DataFrame) -> Summary | None:
+    """One pass over the pending bronze rows: how many, the last position, the last TRUNCATE's
+    (and the first LSN of the staged file that held it), which columns some change did not
+    carry (unchanged TOAST), and how many snapshot reads."""
+    return _read_summary(rows.agg(*_summary_aggregates("unchanged", "staged_file")).first())
+
+
+def _summary_aggregates(unchanged: str, staged_file: str) -> list[Column]:
+    """`_summary`'s aggregates over rows with `op`, `commit_lsn`, `seq` and these columns."""
     pos = F.struct("commit_lsn", "seq")
-    found = rows.agg(
+    truncate = F.struct("commit_lsn", "seq", F.col(staged_file).alias("staged_file"))
+    return [
         F.count(F.lit(1)).alias("n"),
         F.max(pos).alias("end"),
-        F.max(F.when(F.col("op") == "t", F.struct("commit_lsn", "seq", "staged_file"))).alias(
-            "truncated"
-        ),
+        F.max(F.when(F.col("op") == "t", truncate)).alias("truncated"),
         F.array_distinct(
-            F.flatten(F.collect_set(F.when(F.size("unchanged") > 0, F.col("unchanged"))))
+            F.flatten(F.collect_set(F.when(F.size(unchanged) > 0, F.col(unchanged))))
         ).alias("unsent"),  # each non-empty list once: a million reads collect nothing
         F.count(F.when(F.col("op") == "r", 1)).alias("reads"),
-    ).first()
+    ]
+
+
+def _read_summary(found: Row | None) -> Summary | None:
     if found is None or not found["n"]:
         return None
     end = (int(found["end"]["commit_lsn"]), int(found["end"]["seq"]))
@@ -279,29 +338,32 @@ def _merge(
     marks: dict[str, int],
 ) -> None:  # fmt: skip
     """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark (and
-    `marks`)."""
+    `marks`). `batch`: a keyed table's typed changes, a multiset's bronze rows."""
     before = table_version(spark, path)
     record = {WATERMARK: list(end)} | marks
     with committing(spark, record, app_id=MERGE_APP, version=end[0]):
-        merge_changes(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
+        if shape.key:
+            merge_typed(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
+        else:
+            merge_changes(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
         if table_version(spark, path) == before:  # nothing to change: record the watermark alone
             spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ('cdc.watermark' = "
                       f"'{end[0]}/{end[1]}')")  # fmt: skip
 
 
 def _append_reads(
-    spark: SparkSession, lake: Lake, path: str, batch: DataFrame, shape: TableShape, *,
+    spark: SparkSession, lake: Lake, path: str, changes: DataFrame, shape: TableShape, *,
     end: tuple[int, int], settings: SilverSettings, marks: dict[str, int],
 ) -> bool:  # fmt: skip
-    """A batch of snapshot reads alone, into a mirror without a row, is appended, typed: the
-    rows the MERGE would insert, without its join and target scan (an initial snapshot's
-    whole table lands this way). Exactly once like the MERGE (the same txnAppId/txnVersion and
-    watermark). False, with nothing written, when the mirror has rows or a typed key repeats
-    (a row moved between two groups' reads while nothing streamed): the MERGE decides then."""
+    """A batch of snapshot reads alone (typed `changes`), into a mirror without a row, is
+    appended: the rows the MERGE would insert, without its join and target scan (an initial
+    snapshot's whole table lands this way). Exactly once like the MERGE (the same
+    txnAppId/txnVersion and watermark). False, with nothing written, when the mirror has rows
+    or a typed key repeats (a row moved between two groups' reads while nothing streamed): the
+    MERGE decides then."""
     state = delta_log.read_table(lake.place(path))
     if state is None or state.files:
         return False
-    changes = typed(parsed(batch, shape), shape, settings.modes)
     repeated = changes.groupBy(*[F.col(quoted(k)) for k in shape.key]).count().where("count > 1")
     if repeated.limit(1).count():
         return False
@@ -333,19 +395,28 @@ def merge_changes(
     rows again changes nothing (multiset tables rely on the caller's exactly-once instead).
     `unsent`: columns some change did not carry (None: find out); `reads`: whether the batch
     may hold snapshot reads."""
-    target = DeltaTable.forPath(spark, path)
     values = parsed(batch, shape)
     if shape.key:
         changes = typed(values, shape, settings.modes)  # materialized: typed once
-        source = keyed_source(changes, shape, target.toDF(), unsent, reads=reads)
-        _keyed_merge(target, source, shape, settings).execute()
+        merge_typed(spark, path, shape, changes, settings, unsent=unsent, reads=reads)
     else:
+        target = DeltaTable.forPath(spark, path)
         view = None
         if reads:
             first = batch.where(F.col("op") == "r").select("read_view").first()
             view = first["read_view"].asDict() if first and first["read_view"] else None
         source = typed(multiset_source(values, shape, view), shape, settings.modes)
         _multiset_merge(target, source, shape, settings).execute()
+
+
+def merge_typed(
+    spark: SparkSession, path: str, shape: TableShape, changes: DataFrame,
+    settings: SilverSettings, *, unsent: list[str] | None = None, reads: bool = True,
+) -> None:  # fmt: skip
+    """`merge_changes` for a keyed table's changes already typed (`silver_batch.typed`)."""
+    target = DeltaTable.forPath(spark, path)
+    source = keyed_source(changes, shape, target.toDF(), unsent, reads=reads)
+    _keyed_merge(target, source, shape, settings).execute()
 
 
 def sweep(

@@ -10,11 +10,11 @@ Every function is DataFrame -> DataFrame; only the caller does I/O.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -24,7 +24,7 @@ from cdc_core.silver_shape import TableShape, arrow_type, spark_type
 from cdc_core.silver_table import quoted
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
-         "_cdc_delta", "_xid", "_read_view"]  # fmt: skip
+         "_cdc_delta", "_xid", "_read_view", "_staged_file"]  # fmt: skip
 _XID_SPAN = 1 << 32
 
 
@@ -63,10 +63,13 @@ def with_phase(changes: DataFrame, key: list[str]) -> DataFrame:
     return changes.withColumn("_phase", phase).drop("_view")
 
 
-def after_position(lsn: int, seq: int) -> Column:
-    """Changes strictly after (lsn, seq) in the order of `position`."""
-    return (F.col("commit_lsn") > F.lit(lsn)) | (
-        (F.col("commit_lsn") == F.lit(lsn)) & (F.col("seq") > F.lit(seq))
+def after_position(
+    lsn: int, seq: int, *, lsn_column: str = "commit_lsn", seq_column: str = "seq"
+) -> Column:
+    """Changes strictly after (lsn, seq) in the order of `position` (bronze's column names
+    unless told: typed changes have `_cdc_lsn` and `_cdc_seq`)."""
+    return (F.col(lsn_column) > F.lit(lsn)) | (
+        (F.col(lsn_column) == F.lit(lsn)) & (F.col(seq_column) > F.lit(seq))
     )
 
 
@@ -92,6 +95,7 @@ def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
         F.col("source.ts_us").alias("_commit_ts_us"),
         F.col("source.txId").alias("_xid"),
         F.col("read_view").alias("_read_view"),
+        F.when(F.col("op") == "t", F.col("staged_file")).alias("_staged_file"),  # a TRUNCATE's file
         F.coalesce("unchanged", F.array().cast("array<string>")).alias("_unchanged"),
         values.alias("_values"),
         (F.from_json(old_key, key_type, JSON_OPTIONS) if shape.key else F.lit(None)).alias(
@@ -134,6 +138,16 @@ def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
     """Typed silver columns from the text values, on executors; a value the silver type cannot
     hold exactly is NULL there and kept, exact, in `_cdc_raw`. The result is materialized
     (`localCheckpoint`): computed once, however often the caller reads it."""
+    return typed_with(changes, shape, modes, [])[0]
+
+
+def typed_with(
+    changes: DataFrame, shape: TableShape, modes: TypeModes, aggregates: Sequence[Column]
+) -> tuple[DataFrame, Row | None]:
+    """`typed`, and `aggregates` over the changes' own columns (`op`, `commit_lsn`, `seq`,
+    `_unchanged`, `_staged_file`: `parsed`'s names), computed from the materialized rows in the
+    job that looks for values only Python can type: a summary without a pass of its own over
+    bronze. The row is None when there are no aggregates."""
     cols = [c for c in changes.columns if c in _META]
     inputs = (
         changes.select(*cols, "_values", "_old_key")
@@ -149,8 +163,10 @@ def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
     )
     convert = functools.partial(_convert_batches, shape=shape, modes=modes, schema=out)
     fast = _fast_columns(shape, modes)
+    found = None
     if fast is None:
         result = inputs.mapInArrow(convert, out).localCheckpoint()
+        found = result.agg(*aggregates).first() if aggregates else None
     else:  # rows whose every value has its plain form are typed in the JVM, the rest in Python
         exprs, plain = fast
         texts = [c for c in ("_values", "_old_key") if c in inputs.columns]
@@ -167,16 +183,20 @@ def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
             F.create_map().cast(out["_cdc_raw"].dataType).alias("_cdc_raw"),
         )  # fmt: skip
         rest = staged.where(~F.col("__cdc_plain")).select(*[f.name for f in meta], *texts)
-        if rest.isEmpty():
+        found = staged.agg(
+            F.count_if(~F.col("__cdc_plain")).alias("__cdc_slow"), *aggregates
+        ).first()
+        if found is None or not found["__cdc_slow"]:
             result = quick
         else:
             result = quick.unionByName(rest.mapInArrow(convert, out).localCheckpoint())
-    return (
+    rows = (
         result.withColumnRenamed("commit_lsn", "_cdc_lsn")
         .withColumnRenamed("seq", "_cdc_seq")
         .withColumnRenamed("op", "_cdc_op")
         .withColumn("_cdc_commit_ts", F.timestamp_micros("_commit_ts_us"))
     )  # fmt: skip
+    return rows, found if aggregates else None
 
 
 def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Column] | None:

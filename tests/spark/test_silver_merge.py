@@ -16,12 +16,22 @@ from pyspark.sql import types as T
 from cdc_core.envelope import BRONZE, UNAVAILABLE
 from cdc_core.lake import Lake
 from cdc_core.lake_state import read_watermark, table_version
+from cdc_core.lsn import Lsn
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import ColumnType, SilverType
-from cdc_core.silver import WATERMARK, SilverSettings, _append_reads, _summary, merge_changes
-from cdc_core.silver_batch import keyed_source, parsed, typed
+from cdc_core.silver import (
+    WATERMARK,
+    SilverSettings,
+    _append_reads,
+    _read_summary,
+    _summary,
+    _summary_aggregates,
+    merge_changes,
+)  # fmt: skip
+from cdc_core.silver_batch import keyed_source, parsed, typed, typed_with
 from cdc_core.silver_shape import SilverColumn, TableShape
 from cdc_core.silver_table import ensure_silver
+from cdc_core.stager import StagedFile
 
 
 def shape(key: tuple[str, ...] = ("id",)) -> TableShape:
@@ -246,7 +256,8 @@ def snapshot_read(
 
 def append(spark: SparkSession, path: str, rows: list[dict[str, object]], end: int) -> bool:
     lake = Lake(str(Path(path).parent))
-    return _append_reads(spark, lake, path, bronze(spark, rows), shape(), end=(end, -1),
+    changes = typed(parsed(bronze(spark, rows), shape()), shape(), SilverSettings().modes)
+    return _append_reads(spark, lake, path, changes, shape(), end=(end, -1),
                          settings=SilverSettings(), marks={})  # fmt: skip
 
 
@@ -290,6 +301,21 @@ def test_a_batch_summary_names_each_column_some_change_did_not_carry(spark: Spar
     assert summary is not None
     changes, end, truncated, unsent, reads = summary
     assert (changes, end, truncated, unsent, reads) == (4, (30, 1), None, ["amount", "name"], 1)
+
+
+def test_the_typed_rows_summarise_as_bronze_does(spark: SparkSession) -> None:
+    """The summary a keyed batch takes from its typed rows (one pass) is the one bronze gives."""
+    truncate = change("t", 25, 2) | {"staged_file": StagedFile(Lsn(24), Lsn(26)).id}
+    rows = [snapshot_read(1, 10, "a"), change("u", 20, after=row(1, UNAVAILABLE), unchanged=["name"]),
+            truncate, change("c", 30, after=row(2, UNAVAILABLE), unchanged=["name", "amount"]),
+            change("d", 30, 1, before={"id": "1"})]  # fmt: skip
+    aggregates = _summary_aggregates(unchanged="_unchanged", staged_file="_staged_file")
+    typed_rows, found = typed_with(parsed(bronze(spark, rows), shape()), shape(),
+                                   SilverSettings().modes, aggregates)  # fmt: skip
+    from_bronze = _summary(bronze(spark, rows))
+    assert from_bronze == (5, (30, 1), (25, 2, 24), ["amount", "name"], 1)
+    assert _read_summary(found) == from_bronze
+    assert typed_rows.count() == 5
 
 
 def test_a_column_named_with_a_dot_and_a_backtick_is_typed_and_merged(
