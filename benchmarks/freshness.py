@@ -2,6 +2,7 @@
 
     python benchmarks/freshness.py [--rate 1000] [--minutes 10] [--trigger 1]
     python benchmarks/freshness.py --rates 100 200 400 --minutes 4   # the highest flat rate
+    python benchmarks/freshness.py --minutes 3 --conf spark.sql.codegen.wholeStage=false
 
 A throwaway PostgreSQL gets the shop sample (customers, orders, order_items); the `orders`
 pipeline runs `--continuous` in its own process (as users run it) while the shop workload
@@ -13,6 +14,7 @@ baseline measured in the same run: the freshness of a batch that merges nothing 
 change (what one idle batch costs). With `--rates` the same pipeline process holds each rate in
 turn (the backlog drained between them) and says for each whether the lag stays flat: the last
 minute's p50 within a quarter, or one idle batch, of the lowest p50 after the first minute.
+`--conf KEY=VALUE` (repeatable) runs the pipeline with a Spark setting over conf/local.yaml's.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +37,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import yaml
 
 from cdc_core.lake import Lake
 from cdc_core.launch import submit_environment
@@ -47,10 +51,14 @@ from cdc_core.stager import staged_files
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pipeline_home(home: Path, dsn: str, trigger: float) -> None:
+def pipeline_home(home: Path, dsn: str, trigger: float, conf: Sequence[str] = ()) -> None:
     (home / "pipelines").mkdir(parents=True)
     (home / "conf").mkdir()
-    (home / "conf" / "local.yaml").write_text((ROOT / "conf" / "local.yaml").read_text())
+    local = yaml.safe_load((ROOT / "conf" / "local.yaml").read_text())
+    for setting in conf:  # --conf KEY=VALUE: a Spark setting to compare against the default
+        key, _, value = setting.partition("=")
+        local["spark"]["conf"][key] = value
+    (home / "conf" / "local.yaml").write_text(yaml.safe_dump(local))
     (home / "pipelines" / "orders.yaml").write_text(
         textwrap.dedent(f"""\
         name: orders
@@ -167,13 +175,23 @@ def main() -> None:
         help="search: hold each rate for --minutes in turn (one pipeline process) and report "
         "which keep the lag flat",
     )  # fmt: skip
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the pipeline, over conf/local.yaml's (repeatable)",
+    )
     args = parser.parse_args()
+    for setting in args.conf:
+        if not setting.partition("=")[0] or "=" not in setting:
+            parser.error(f"--conf {setting!r}: expected KEY=VALUE")
     with throwaway_cluster("fresh") as cluster, tempfile.TemporaryDirectory() as tmp:
         dsn = cluster.dsn("postgres")
         create_schema(dsn)
         load_shop(dsn, customers=20_000)
         home = Path(tmp)
-        pipeline_home(home, dsn, args.trigger)
+        pipeline_home(home, dsn, args.trigger, args.conf)
         lake = Lake(str(home / "lake"))
         log = (home / "ingest.log").open("w")  # a pipe would fill and block the job
         env = submit_environment({"CDC_HOME": str(home), "CDC_LOG_FORMAT": "text"})

@@ -8,10 +8,11 @@ and resumes from the last durable position, a few times, before the run gives up
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -196,8 +197,8 @@ def _capture_until(
         )
         reader.open(stager.durable_end())
         try:
-            events = reader.events(end)
-            _Run(assembler, stager, reader, end, counts).consume(events)
+            with contextlib.closing(reader.events(end)) as events:  # a peek left unread ends here
+                _Run(assembler, stager, reader, end, counts).consume(events)
             stager.flush()
             reader.confirm(stager.durable_end())
         finally:
@@ -217,7 +218,7 @@ class _Recording:
     def open(self, position: Lsn) -> None:
         self.slot.open(position)
 
-    def events(self, end: Lsn) -> Iterator[Event]:
+    def events(self, end: Lsn) -> Generator[Event, None, None]:
         return self.slot.events(end) if isinstance(self.slot, SqlSource) else self.slot.events()
 
     def confirm(self, position: Lsn) -> None:

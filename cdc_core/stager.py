@@ -43,6 +43,9 @@ SCHEMA = pa.schema(
         ("message", pa.binary()),  # the pgoutput message exactly as the server sent it
     ]
 )
+# every column but the messages: their values are all different (a dictionary is hashed, then
+# given up, and compresses worse) and no reader filters on them
+_SMALL_VALUES = [name for name in SCHEMA.names if name != "message"]
 _PG_KINDS = pa.array(["I", "U", "D", "T", "M"], pa.large_string())
 _OPS = pa.array([op.value for op in (ChangeOp.CREATE, ChangeOp.UPDATE, ChangeOp.DELETE,
                                      ChangeOp.TRUNCATE, ChangeOp.MESSAGE)])  # fmt: skip
@@ -258,8 +261,9 @@ class Stager:
             self._path = self.tmp / f"{uuid.uuid4().hex}.parquet"
             where, fs = arrow(self._path)
             self._writer = pq.ParquetWriter(
-                where, SCHEMA, compression=self.compression, filesystem=fs
-            )
+                where, SCHEMA, compression=self.compression, filesystem=fs,
+                use_dictionary=_SMALL_VALUES, write_statistics=_SMALL_VALUES,
+            )  # fmt: skip
         table = pa.Table.from_batches(self._parts, schema=SCHEMA)
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))  # one row group
         self._parts = []

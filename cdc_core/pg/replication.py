@@ -13,8 +13,9 @@ import contextlib
 import select
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
+from itertools import islice
 
 import psycopg
 from psycopg import pq
@@ -47,6 +48,9 @@ Batch = list[tuple[int, bytes]]
 Event = Batch | CaughtUp | Checkpoint
 BATCH = 10_000
 BATCH_BYTES = 16 << 20  # a stream batch also ends past this many bytes (the reader copies it)
+# libpq 17 sends a result's rows in chunks as they come (psycopg's bundled libpq is newer); an
+# older one sends them one at a time, which is slower but reads the same rows
+PEEK_CHUNK = BATCH if pq.version() >= 170000 else 1
 
 
 def _options(publication: str) -> list[str]:
@@ -87,7 +91,7 @@ class StreamSource:
             raise TerminalError(f"START_REPLICATION on slot {self.slot!r} failed: {message}")
         self.flushed = max(self.flushed, start.value)
 
-    def events(self) -> Iterator[Event]:
+    def events(self) -> Generator[Event, None, None]:
         """Batches of messages and keepalive positions, until the connection ends."""
         assert self.conn is not None
         pgconn = self.conn.pgconn
@@ -188,6 +192,8 @@ class SqlSource:
         self.peek_changes = peek_changes
         self.conn: psycopg.Connection[tuple[object, ...]] | None = None
         self.confirmed = Lsn(0)
+        self._peeking = False  # the connection is reading a peek's rows
+        self._deferred = Lsn(0)  # a confirmation asked for while it was
 
     def open(self, start: Lsn) -> None:
         self.conn = connect(self.dsn, autocommit=True, values=True)
@@ -197,7 +203,7 @@ class SqlSource:
         self.confirmed = state.confirmed_flush
         self.confirm(start)
 
-    def events(self, upto: Lsn | None = None) -> Iterator[Event]:
+    def events(self, upto: Lsn | None = None) -> Generator[Event, None, None]:
         """Peek after peek until one returns nothing before `upto` (the flush position if None)."""
         assert self.conn is not None
         options = _options(self.publication)
@@ -208,14 +214,21 @@ class SqlSource:
         while True:
             limit = upto or flush_position(self.conn)
             rows = 0
+            self._peeking = True
             try:
-                with self.conn.transaction(), self.conn.cursor(name="cdc_peek", binary=True) as cur:
-                    cur.execute(query, (self.slot, str(limit), self.peek_changes, *options))
-                    while fetched := cur.fetchmany(BATCH):
+                # the rows come as the server sends them, a chunk at a time: the socket keeps
+                # filling while the batch before is staged (a server-side cursor waits instead)
+                with self.conn.cursor(binary=True) as cur:
+                    params = (self.slot, str(limit), self.peek_changes, *options)
+                    peeked = cur.stream(query, params, size=PEEK_CHUNK)
+                    while fetched := list(islice(peeked, BATCH)):
                         rows += len(fetched)
                         yield fetched  # type: ignore[misc]  # (bigint, bytea) rows: (int, bytes)
             except psycopg.OperationalError as e:
                 raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
+            finally:
+                self._peeking = False
+            self.confirm(self._deferred)
             if rows == 0:
                 yield CaughtUp(limit)
                 return
@@ -224,6 +237,10 @@ class SqlSource:
     def confirm(self, position: Lsn) -> None:
         """Advance the slot to `position`; the server refuses to move a slot backwards."""
         assert self.conn is not None
+        if self._peeking:  # the connection is busy with the peek's rows: advance after them
+            self._deferred = max(self._deferred, position)
+            return
+        position = max(position, self._deferred)
         if position <= self.confirmed:
             return
         try:

@@ -171,6 +171,51 @@ def test_the_sql_reader_stages_the_same_changes(
     assert len(staged_files(p.changes)) >= 3  # one file per bounded peek at least
 
 
+def test_the_sql_reader_confirms_files_staged_inside_a_peek(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """A peek's rows arrive as a stream on the reader's connection, and files are staged (and
+    confirmed) before the peek is read to its end: the slot moves once the peek is read, and a
+    run that stops inside a peek (a transaction committed after the end it saw at start) leaves
+    the connection usable."""
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=100)
+    p = make_pipeline(tmp_path, dsn, SHOP_TABLES, source_extra="reader: sql\n",
+                      extra="capture:\n  peek_changes: 50000\n  file_changes: 1000\n")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    create_truth_slot(dsn, f"{p.slot}_truth")
+    run_workload(dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=3))
+    run = p.ingest("--capture-only", timeout=120)  # one peek, some 15 files staged inside it
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(staged_files(p.changes)) >= 10
+    done = threading.Event()
+
+    def write() -> None:
+        run_workload(dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=4))
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    runs = 0
+    while not done.is_set() or runs == 0:  # captures while the workload commits
+        run = p.ingest("--capture-only", timeout=120)
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs += 1
+    writer.join()
+    run = p.ingest("--capture-only", timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_staged_equals_truth(p, f"{p.slot}_truth")
+    files = staged_files(p.changes)
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (p.slot,),
+        ).fetchone()
+    assert row is not None
+    assert Lsn.parse(row[0]) >= files[-1].end
+
+
 def test_a_million_row_transaction_is_staged_in_bounded_memory(
     pg: PgServer, database: str, tmp_path: Path
 ) -> None:
