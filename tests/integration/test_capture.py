@@ -21,6 +21,7 @@ import pytest
 from cdc_core.errors import SetupError
 from cdc_core.lsn import Lsn
 from cdc_core.pg.local import throwaway_cluster
+from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
 from cdc_core.stager import read_metadata, staged_files
@@ -154,17 +155,26 @@ def _wait_until_reading(p: Pipeline, proc: subprocess.Popen[str], timeout_s: flo
             time.sleep(0.02)
 
 
-def test_the_sql_reader_stages_the_same_changes(
-    pg: PgServer, database: str, tmp_path: Path
-) -> None:
-    dsn = pg.dsn(database)
+def sql_reader_pipeline(
+    dsn: str, tmp_path: Path, *, peek_changes: int, file_changes: int
+) -> Pipeline:
+    """The shop sample captured by the sql reader, its slot caught up, and a ground-truth slot
+    (`<slot>_truth`) created after it."""
     create_schema(dsn)
     load_shop(dsn, customers=100)
     p = make_pipeline(tmp_path, dsn, SHOP_TABLES, source_extra="reader: sql\n",
-                      extra="capture:\n  peek_changes: 3000\n  file_changes: 5000\n")  # fmt: skip
+                      extra=f"capture:\n  peek_changes: {peek_changes}\n"
+                            f"  file_changes: {file_changes}\n")  # fmt: skip
     assert p.ingest("--capture-only").returncode == 0
     create_truth_slot(dsn, f"{p.slot}_truth")
-    run_workload(dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=3))
+    return p
+
+
+def test_the_sql_reader_stages_the_same_changes(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    p = sql_reader_pipeline(pg.dsn(database), tmp_path, peek_changes=3000, file_changes=5000)
+    run_workload(p.dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=3))
     run = p.ingest("--capture-only")
     assert run.returncode == 0, run.stderr
     assert_staged_equals_truth(p, f"{p.slot}_truth")
@@ -179,12 +189,7 @@ def test_the_sql_reader_confirms_files_staged_inside_a_peek(
     run that stops inside a peek (a transaction committed after the end it saw at start) leaves
     the connection usable."""
     dsn = pg.dsn(database)
-    create_schema(dsn)
-    load_shop(dsn, customers=100)
-    p = make_pipeline(tmp_path, dsn, SHOP_TABLES, source_extra="reader: sql\n",
-                      extra="capture:\n  peek_changes: 50000\n  file_changes: 1000\n")  # fmt: skip
-    assert p.ingest("--capture-only").returncode == 0
-    create_truth_slot(dsn, f"{p.slot}_truth")
+    p = sql_reader_pipeline(dsn, tmp_path, peek_changes=50_000, file_changes=1000)
     run_workload(dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=3))
     run = p.ingest("--capture-only", timeout=120)  # one peek, some 15 files staged inside it
     assert run.returncode == 0, run.stderr[-3000:]
@@ -192,8 +197,10 @@ def test_the_sql_reader_confirms_files_staged_inside_a_peek(
     done = threading.Event()
 
     def write() -> None:
-        run_workload(dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=4))
-        done.set()
+        try:
+            run_workload(dsn, WorkloadSpec(changes=15_000, concurrency=3, seed=4))
+        finally:
+            done.set()  # the captures below stop even if the workload fails
 
     writer = threading.Thread(target=write)
     writer.start()
@@ -206,14 +213,10 @@ def test_the_sql_reader_confirms_files_staged_inside_a_peek(
     run = p.ingest("--capture-only", timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert_staged_equals_truth(p, f"{p.slot}_truth")
-    files = staged_files(p.changes)
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-            (p.slot,),
-        ).fetchone()
-    assert row is not None
-    assert Lsn.parse(row[0]) >= files[-1].end
+        slot = slot_state(conn, p.slot)
+    assert slot is not None
+    assert slot.confirmed_flush >= staged_files(p.changes)[-1].end
 
 
 def test_a_million_row_transaction_is_staged_in_bounded_memory(
