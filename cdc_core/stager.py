@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -177,6 +178,7 @@ class Stager:
         self._parts: list[pa.RecordBatch] = []  # buffered changes, written as one row group
         self._buffered = self._buffered_bytes = 0
         self._writer: pq.ParquetWriter | None = None
+        self._writing: Future[None] | None = None  # the row group being written, if any
         self._path: Location | None = None
         self._file_start: int | None = None
         self._file_rows = self._file_bytes = self._transactions = 0
@@ -254,8 +256,12 @@ class Stager:
             self._write_row_group()
 
     def _write_row_group(self) -> None:
+        """Write the buffered changes as one row group, on the writer thread: compressing them
+        releases Python's lock, so the reader goes on fetching meanwhile. One row group is in
+        flight at a time, and a file is closed and published only once its writes are done."""
         if not self._buffered:
             return
+        self._written()
         if self._writer is None:
             self.tmp.mkdir(parents=True, exist_ok=True)
             self._path = self.tmp / f"{uuid.uuid4().hex}.parquet"
@@ -265,9 +271,17 @@ class Stager:
                 use_dictionary=_SMALL_VALUES, write_statistics=_SMALL_VALUES,
             )  # fmt: skip
         table = pa.Table.from_batches(self._parts, schema=SCHEMA)
-        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))  # one row group
+        self._writing = _writer_thread().submit(
+            self._writer.write_table, table, row_group_size=max(table.num_rows, 1)
+        )  # one row group
         self._parts = []
         self._buffered = self._buffered_bytes = 0
+
+    def _written(self) -> None:
+        """Wait for the row group in flight; a write that failed raises here."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.result()
 
     def flush(self) -> StagedFile | None:
         """Publish the open file (it ends at a transaction boundary); None when it is empty."""
@@ -276,6 +290,7 @@ class Stager:
         if not self._file_rows:
             return None
         self._write_row_group()
+        self._written()
         assert self._writer is not None
         assert self._path is not None
         assert self._file_start is not None
@@ -308,12 +323,25 @@ class Stager:
 
     def abort(self) -> None:
         """Drop the open file (the transactions in it will be read again)."""
+        writing = self._writing
+        if writing is not None:
+            writing.exception()  # waits; the file is dropped whatever the write did
         if self._writer is not None:
             self._writer.close()
         if self._path is not None:
             self._path.unlink(missing_ok=True)
         self.last_end = self.clean_end
         self._reset_file()
+
+
+_WRITER: list[ThreadPoolExecutor] = []
+
+
+def _writer_thread() -> ThreadPoolExecutor:
+    """The one thread that writes staged row groups (stagers take turns on it)."""
+    if not _WRITER:
+        _WRITER.append(ThreadPoolExecutor(1, thread_name_prefix="cdc-stager"))
+    return _WRITER[0]
 
 
 def iter_rows(path: Location) -> Iterator[dict[str, object]]:

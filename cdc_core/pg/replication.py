@@ -194,6 +194,7 @@ class SqlSource:
         self.confirmed = Lsn(0)
         self._peeking = False  # the connection is reading a peek's rows
         self._deferred = Lsn(0)  # a confirmation asked for while it was
+        self.peeks = 0
 
     def open(self, start: Lsn) -> None:
         self.conn = connect(self.dsn, autocommit=True, values=True)
@@ -204,7 +205,8 @@ class SqlSource:
         self.confirm(start)
 
     def events(self, upto: Lsn | None = None) -> Generator[Event, None, None]:
-        """Peek after peek until one returns nothing before `upto` (the flush position if None)."""
+        """Peek after peek until one has read everything before `upto` (the flush position if
+        None)."""
         assert self.conn is not None
         options = _options(self.publication)
         query = (
@@ -213,8 +215,9 @@ class SqlSource:
         )
         while True:
             limit = upto or flush_position(self.conn)
-            rows = 0
+            rows, last = 0, (0, b"")
             self._peeking = True
+            self.peeks += 1
             try:
                 # the rows come as the server sends them, a chunk at a time: the socket keeps
                 # filling while the batch before is staged (a server-side cursor waits instead)
@@ -223,16 +226,21 @@ class SqlSource:
                     peeked = cur.stream(query, params, size=PEEK_CHUNK)
                     while fetched := list(islice(peeked, BATCH)):
                         rows += len(fetched)
+                        last = fetched[-1]  # type: ignore[assignment]
                         yield fetched  # type: ignore[misc]  # (bigint, bytea) rows: (int, bytes)
             except psycopg.OperationalError as e:
                 raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
             finally:
                 self._peeking = False
             self.confirm(self._deferred)
-            if rows == 0:
+            if rows:
+                yield Checkpoint()
+            # The peek read the whole range when it stopped short of its count (it stops only
+            # past `peek_changes`, between transactions) or at a commit that ends at the limit;
+            # another peek would decode the range again from `restart_lsn` to find nothing.
+            if rows < self.peek_changes or (last[1][:1] == b"C" and last[0] >= limit.value):
                 yield CaughtUp(limit)
                 return
-            yield Checkpoint()
 
     def confirm(self, position: Lsn) -> None:
         """Advance the slot to `position`; the server refuses to move a slot backwards."""

@@ -18,9 +18,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cdc_core.config import Dsn
 from cdc_core.errors import SetupError
 from cdc_core.lsn import Lsn
 from cdc_core.pg.local import throwaway_cluster
+from cdc_core.pg.replication import Checkpoint, SqlSource
 from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
@@ -217,6 +219,50 @@ def test_the_sql_reader_confirms_files_staged_inside_a_peek(
         slot = slot_state(conn, p.slot)
     assert slot is not None
     assert slot.confirmed_flush >= staged_files(p.changes)[-1].end
+
+
+def test_a_peek_that_read_the_whole_range_is_the_last(pg: PgServer, database: str) -> None:
+    """Every peek decodes again from the slot's `restart_lsn`. The reader peeks again only when
+    a peek stopped at its count before the end of the range, not to find nothing."""
+    dsn = pg.dsn(database)
+    options = "'proto_version', '1', 'publication_names', 'p_once'"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE once (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION p_once FOR TABLE once")
+        for slot in ("once_a", "once_b", "once_c"):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        for t in range(3):  # three transactions of 12 messages: Begin, 10 Inserts, Commit
+            conn.execute("INSERT INTO once SELECT g FROM generate_series(%s::int, %s::int) g",
+                         (10 * t + 1, 10 * t + 10))  # fmt: skip
+        row = conn.execute(  # the last commit's end: the range ends exactly there
+            "SELECT (max(lsn) - '0/0')::bigint FROM pg_logical_slot_peek_binary_changes("
+            f"'once_a', NULL, NULL, {options})"
+        ).fetchone()
+    assert row is not None
+    end = Lsn(int(row[0]))
+
+    def read(slot: str, peek_changes: int) -> tuple[int, list[bytes]]:
+        source = SqlSource(Dsn(dsn), slot, "p_once", peek_changes=peek_changes)
+        source.open(Lsn(0))
+        messages: list[bytes] = []
+        commit = 0
+        try:
+            for event in source.events(end):
+                if isinstance(event, list):  # (each peek sends the Relation again)
+                    messages += [m for _, m in event if m[:1] != b"R"]
+                    commit = max([lsn for lsn, m in event if m[:1] == b"C"], default=commit)
+                elif isinstance(event, Checkpoint):
+                    source.confirm(Lsn(commit))  # as capture does once the peek is staged
+        finally:
+            source.close()
+        return source.peeks, messages
+
+    fewer, whole = read("once_a", peek_changes=1000)  # stops short of its count: the end
+    assert fewer == 1
+    assert len(whole) == 36
+    assert [m[:1] for m in whole].count(b"I") == 30
+    assert read("once_b", peek_changes=36) == (1, whole)  # at its count, at the range's end
+    assert read("once_c", peek_changes=12) == (3, whole)  # one transaction a peek
 
 
 def test_a_million_row_transaction_is_staged_in_bounded_memory(

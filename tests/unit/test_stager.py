@@ -149,6 +149,23 @@ def test_abort_drops_the_open_file_and_recover_clears_leftovers(tmp_path: Path) 
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
+def test_a_row_group_that_fails_to_write_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
+    s = stager(tmp_path, row_group_changes=2)
+    assert s.add(chunk(1000, 1010, 2, relations=True)) is None  # written on the writer thread
+    with pytest.raises(OSError, match="No space left"):
+        s.flush()  # the failed write surfaces before anything is published
+    assert staged_files(tmp_path / "changes") == []
+    assert s.durable_end() == Lsn(0)
+    s.abort()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
 def test_a_new_stager_resumes_after_the_last_published_file(tmp_path: Path) -> None:
     s = stager(tmp_path)
     s.add(chunk(1000, 1010, 1, relations=True))
