@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 from decimal import Decimal
@@ -55,14 +56,35 @@ CASES: list[tuple[ColumnType, TypeModes, list[str], int]] = [  # type, modes, te
     (ColumnType("uuid", "b", -1, False), PRECISE, ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"], 1),
     (ColumnType("jsonb", "b", -1, False), PRECISE, ['{"a": [1, 2.50]}'], 1),
     (ColumnType("order_status", "e", -1, False), PRECISE, ["paid"], 1),
-    (ColumnType("int4", "b", -1, True), PRECISE, ["{1,2}"], 0),
-    (ColumnType("float4", "b", -1, False), PRECISE, ["1.5"], 0),
+    # arrays: flat, no element quoted (PostgreSQL quotes empty ones and those with a comma,
+    # brace, quote, backslash, space, or that read NULL); the rest is left to the converter
+    (ColumnType("int4", "b", -1, True), PRECISE,
+     ["{1,2}", "{}", "{1,NULL,3}", "{-2147483648}", "{2147483648}", "{{1,2},{3,4}}",
+      "[2:3]={1,2}"], 4),
+    (ColumnType("text", "b", -1, True), PRECISE,
+     ["{vip,b2b}", "{}", "{NULL,éco}", "{late-payer}", '{"a b",c}', '{""}', '{"NULL"}',
+      '{"a\\\\b"}', "{{a},{b}}"], 4),
+    (ColumnType("float4", "b", -1, True), PRECISE, ["{1.5,NaN}", "{0.1,-Infinity}"], 2),
+    (dataclasses.replace(numeric(12, 2), array=True), PRECISE, ["{1.50,2.00}", "{NaN}"], 1),
+    (ColumnType("bool", "b", -1, True), PRECISE, ["{t,f,NULL}"], 1),
+    (ColumnType("date", "b", -1, True), PRECISE, ["{2024-01-02,0001-01-01}", "{infinity}"], 1),
+    (ColumnType("order_status", "e", -1, True), PRECISE, ["{paid,shipped}"], 1),
+    (ColumnType("box", "b", -1, True), PRECISE, ["{(1,1),(0,0);(2,2),(1,1)}"], 0),
+    (ColumnType("float4", "b", -1, False), PRECISE,
+     ["1.5", "-0", "0.1", "3.4028235e+38", "1.4e-45", "1.17549435e-38", "1.6777216e+07",
+      "Infinity", "-Infinity", "NaN",
+      # the double nearest each is a float32 midpoint: parsing to double first rounds twice
+      "1.000000178813934326171874", "1.000000178813934326171876",
+      "3.4028236e+38", "1e+39"], 12),  # past float32's range: left to the converter
     (ColumnType("interval", "b", -1, False), PRECISE, ["P1D"], 1),  # kept as text
     (ColumnType("interval", "b", -1, False), TypeModes(interval="numeric"), ["P1D"], 0),
 ]  # fmt: skip
 
 
 def canonical(value: Column, t: T.DataType) -> Column:
+    if isinstance(t, T.ArrayType):
+        element = t.elementType
+        return F.transform(value, lambda x: canonical(x, element))
     if isinstance(t, T.DateType):
         return F.unix_date(value)
     if isinstance(t, (T.TimestampType,)):
@@ -73,6 +95,8 @@ def canonical(value: Column, t: T.DataType) -> Column:
 
 
 def same(a: object, b: object) -> bool:
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) and isinstance(b, float):
         return struct.pack(">d", a) == struct.pack(">d", b) or (math.isnan(a) and math.isnan(b))
     if isinstance(a, Decimal) and isinstance(b, Decimal):
