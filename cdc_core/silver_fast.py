@@ -4,8 +4,9 @@ The Python converters (`cdc_core.pgtypes`) type every value of every type exactl
 Python. For the common types a Spark cast gives the very same value whenever the text has the
 plain form PostgreSQL prints (`123`, `-1.50`, `2024-01-02 03:04:05.6+00`); `fast_value`
 returns that cast, guarded by the form, and NULL for any other text (NaN in a numeric, BC
-dates, infinity, a year past 9999), which the converters then decide. Types without a fast
-path (arrays, intervals, money, bytea, geometric types, ...) always go to Python.
+dates, infinity, a year past 9999), which the converters then decide. An array has one when
+its elements do and it is flat with no element quoted. Types without a fast path (intervals,
+money, bytea, geometric types, ...) always go to Python.
 `tests/spark/test_silver_fast.py` checks every fast path against its converter.
 """
 
