@@ -73,21 +73,15 @@ def _array_value(t: ColumnType, modes: TypeModes, text: Column) -> Column | None
     element = dataclasses.replace(t, array=False)
     if t.name == "box":  # its delimiter is `;`, and a box has no fast path
         return None
-    target = spark_type(silver_type(t, modes))
-    if converter(element, modes) is scalars.identity:
-
-        def typed(x: Column) -> Column:
-            return x
-
-    elif fast_value(element, modes, F.lit("")) is not None:
-
-        def typed(x: Column) -> Column:
-            value = fast_value(element, modes, x)
-            assert value is not None
-            return value
-
-    else:
+    if fast_value(element, modes, F.lit("")) is None:  # (an element kept as text is its text)
         return None
+
+    def typed(x: Column) -> Column:
+        value = fast_value(element, modes, x)
+        assert value is not None
+        return value
+
+    target = spark_type(silver_type(t, modes))
     items = F.split(F.regexp_extract(text, r"^\{(.*)\}$", 1), ",")
     values = F.transform(items, lambda x: F.when(x != "NULL", typed(x)))  # unquoted NULL: null
     plain = F.forall(items, lambda x: (x == "NULL") | typed(x).isNotNull())

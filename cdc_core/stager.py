@@ -10,6 +10,7 @@ A large transaction is written in row groups as it arrives, so it never sits in 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -334,14 +335,10 @@ class Stager:
         self._reset_file()
 
 
-_WRITER: list[ThreadPoolExecutor] = []
-
-
+@functools.cache
 def _writer_thread() -> ThreadPoolExecutor:
     """The one thread that writes staged row groups (stagers take turns on it)."""
-    if not _WRITER:
-        _WRITER.append(ThreadPoolExecutor(1, thread_name_prefix="cdc-stager"))
-    return _WRITER[0]
+    return ThreadPoolExecutor(1, thread_name_prefix="cdc-stager")
 
 
 def iter_rows(path: Location) -> Iterator[dict[str, object]]:
