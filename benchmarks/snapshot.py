@@ -11,6 +11,7 @@ bigint, text, numeric(12,2), char(3), timestamptz, text). In the same run, on th
 - the product: `ingest` with `snapshot.mode: initial` (chunked reads under exported snapshots,
   Debezium envelopes into bronze, typed silver mirror), then a check that silver has every row.
 
+Both Spark sides run on conf/local.yaml's settings, what a local run of the product gets.
 Prints each one's rows/s, the ratios and the driver's peak memory (VmHWM of this process,
 which is the product's driver).
 """
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import yaml
 
 from cdc_core.config import SparkSettings, load_pipeline
 from cdc_core.identifiers import TableName
@@ -50,10 +52,15 @@ SELECT i, i %% 100000, (ARRAY['pending','paid','shipped','delivered'])[1 + i %% 
        CASE WHEN i %% 10 = 0 THEN NULL ELSE 'note ' || i END
 FROM generate_series(%s, %s) i
 """
-SPARK_CONF = {
-    "spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
-    "spark.driver.memory": "4g", "spark.ui.showConsoleProgress": "false",
-}  # fmt: skip
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spark_conf() -> dict[str, str]:
+    """conf/local.yaml's Spark settings (what a local run of the product gets), with 4 GiB for
+    the driver. Both sides of the comparison run on them."""
+    local = yaml.safe_load((ROOT / "conf" / "local.yaml").read_text())
+    conf = {k: str(v) for k, v in local["spark"]["conf"].items() if "${" not in str(v)}
+    return conf | {"spark.driver.memory": "4g"}
 
 
 def peak_rss_mib(pid: int | str = "self") -> float:
@@ -107,7 +114,8 @@ def main() -> None:
 
             (home / "pipelines").mkdir()
             (home / "conf").mkdir()
-            conf = "\n".join(f'    {k}: "{v}"' for k, v in SPARK_CONF.items())
+            spark_settings = spark_conf()
+            conf = "\n".join(f'    {k}: "{v}"' for k, v in spark_settings.items())
             (home / "conf" / "local.yaml").write_text(
                 f"spark:\n  master: local[2]\n  conf:\n{conf}\n"
             )
@@ -126,7 +134,9 @@ def main() -> None:
                   root: {home / "lake"}
                 """))  # fmt: skip
             config = load_pipeline("bench", "local", home=home)
-            spark = build_spark(SparkSettings(master="local[2]", conf=SPARK_CONF), "bench-snapshot")
+            spark = build_spark(
+                SparkSettings(master="local[2]", conf=spark_settings), "bench-snapshot"
+            )
 
             url, props = jdbc_target(config.pipeline.source.dsn)
             started = time.perf_counter()
