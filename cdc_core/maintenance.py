@@ -16,10 +16,11 @@ there is nothing to do), and leaves alone a table whose watermark is already dee
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from delta.exceptions.captured import (  # its import makes PySpark raise these, not Py4JJavaError
@@ -33,7 +34,7 @@ from delta.exceptions.captured import (  # its import makes PySpark raise these,
     ProtocolChangedException,
 )
 from delta.tables import DeltaTable
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.bronze import TRANSACTIONS_WATERMARK, applied_end
@@ -52,6 +53,7 @@ from cdc_core.silver_batch import after_position
 from cdc_core.silver_table import sql_name
 from cdc_core.spark import build_spark
 from cdc_core.stager import staged_files
+from cdc_core.state import record_pruned
 from cdc_core.storage import Location, is_local
 
 log = logging.getLogger("cdc_core.maintenance")
@@ -192,7 +194,9 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
             reports.append(TableReport(name, skipped="not created yet"))
             continue
         delete = retention if path == lake.bronze else None
-        reports.append(maintain_table(spark, name, path, key, run, delete=delete))
+        noted = functools.partial(note_pruned, lake)
+        report = maintain_table(spark, name, path, key, run, delete=delete, before_delete=noted)
+        reports.append(report)
     return MaintenanceSummary(pipeline.name, lake.root, staged, tuple(reports),
                               time.monotonic() - started)  # fmt: skip
 
@@ -208,11 +212,11 @@ def check(summary: MaintenanceSummary) -> None:
 
 def maintain_table(
     spark: SparkSession, name: str, path: str, key: str, run: RunSettings, *,
-    delete: Column | None = None,
+    delete: Column | None = None, before_delete: Callable[[DataFrame], None] | None = None,
 ) -> TableReport:  # fmt: skip
-    """DELETE `delete` (if given), OPTIMIZE, VACUUM; each its own Delta transaction. Left alone
-    while the stage's newest watermark (`key`) is deep enough in the history that these commits
-    could push it out of reach."""
+    """DELETE `delete` (if given; `before_delete` sees the rows it is about to take), OPTIMIZE,
+    VACUUM; each its own Delta transaction. Left alone while the stage's newest watermark
+    (`key`) is deep enough in the history that these commits could push it out of reach."""
     depth = watermark_depth(spark, path, key)
     if depth is not None and depth + COMMITS_PER_TABLE > HISTORY_DEPTH - HEADROOM:
         return TableReport(name, skipped=f"its newest {key} watermark is {depth} commits back; "
@@ -222,6 +226,8 @@ def maintain_table(
     try:
         with committing(spark, run.commit):
             if delete is not None:
+                if before_delete is not None:
+                    before_delete(table.toDF().where(delete))
                 deleted = delete_rows(table, delete)
             if run.config.optimize:
                 compacted = compact(table)
@@ -310,6 +316,20 @@ def silver_positions(
         if isinstance(value, list) and len(value) == 2:
             out[table.qualified] = (int(value[0]), int(value[1]))
     return out
+
+
+def note_pruned(lake: Lake, rows: DataFrame) -> None:
+    """Record, before bronze retention deletes `rows`, the newest position it takes of each
+    table: a mirror dropped later cannot be rebuilt from bronze alone (`silver.apply_table`
+    refuses to, and names the snapshot that can). Recorded first, so that no crash leaves
+    rows deleted and unrecorded."""
+    ends = (
+        rows.where(F.col("source_table") != MESSAGES_TABLE)
+        .groupBy("source_table")
+        .agg(F.max(F.struct("commit_lsn", "seq")).alias("end"))
+        .collect()
+    )
+    record_pruned(lake, {r["source_table"]: (int(r["end"][0]), int(r["end"][1])) for r in ends})
 
 
 def retention_condition(merged: Mapping[str, tuple[int, int]], cutoff_ms: int) -> Column:

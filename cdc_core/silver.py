@@ -27,6 +27,7 @@ from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake, local_path
 from cdc_core.lake_state import committing, read_watermark, table_version
+from cdc_core.lsn import Lsn
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reader import RESET_PREFIX
 from cdc_core.silver_batch import (
@@ -41,7 +42,13 @@ from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, t
 from cdc_core.silver_table import ensure_silver, quoted, register, sql_name
 from cdc_core.spark import Spark, each_in_session, session_of
 from cdc_core.stager import StagedFile
-from cdc_core.state import caught_up_file, read_json, schema_history, write_json
+from cdc_core.state import (
+    caught_up_file,
+    pruned_positions,
+    read_json,
+    schema_history,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +181,8 @@ def apply_table(
     summary = ready.summary if ready is not None else _summary(rows)
     if summary is not None and summary[2] is not None:  # the mirror starts over at a TRUNCATE:
         since = max(since or 0, summary[2][2])  # shapes recorded before it no longer count
+    if mark is None:  # a new mirror, or one dropped: built from what bronze still holds
+        _refuse_partial_rebuild(lake, table, summary)
     shape = table_shape(history, settings.modes, settings.propagates, since=since)
     if ready is not None and ready.shape != shape:
         ready = None  # typed by the shapes the TRUNCATE set aside: typed again, by this one
@@ -206,6 +215,27 @@ def apply_table(
         _merge(spark, path, shape, batch if typed_rows is None else typed_rows, end=end,
                settings=settings, unsent=unsent, reads=reads > 0, marks=marks)  # fmt: skip
     return TableResult(table.qualified, changes)
+
+
+def _refuse_partial_rebuild(lake: Lake, table: TableName, summary: Summary | None) -> None:
+    """A mirror built from bronze after bronze retention took some of the table's rows
+    (`maintenance.note_pruned`) would be missing them, unless the batch starts over after them
+    (a TRUNCATE, or the reset marker a snapshot of a dropped mirror writes): it stops instead."""
+    pruned = pruned_positions(lake).get(table.qualified)
+    if pruned is None:
+        return
+    truncated = summary[2] if summary is not None else None
+    if truncated is not None and truncated[:2] > pruned:
+        return
+    t = table.qualified
+    raise SchemaChangeError(
+        f"table {t} has no silver mirror (or one without a merge), and bronze retention "
+        f"(maintenance.bronze_retention_days) has deleted its changes up to {Lsn(pruned[0])}, "
+        "so a mirror built from bronze would be missing rows. The mirror stops here; other "
+        "tables go on. To rebuild it, drop what is left of the silver table and take a new "
+        f"snapshot of it (`cdc snapshot --table {t}`), which rebuilds the mirror from that "
+        "snapshot on"
+    )
 
 
 @dataclass(frozen=True)

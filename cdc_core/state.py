@@ -72,6 +72,28 @@ def caught_up_file(lake: Lake) -> Location:
     return lake.state / "silver_caught.json"
 
 
+def pruned_file(lake: Lake) -> Location:
+    """Per table, the position up to which bronze retention may have deleted its rows."""
+    return lake.state / "bronze_pruned.json"
+
+
+def pruned_positions(lake: Lake) -> dict[str, tuple[int, int]]:
+    """`pruned_file`'s positions: (commit LSN, position) per table."""
+    stored = read_json(pruned_file(lake))
+    if not isinstance(stored, dict):
+        return {}
+    return {t: (int(v[0]), int(v[1])) for t, v in stored.items()}
+
+
+def record_pruned(lake: Lake, positions: dict[str, tuple[int, int]]) -> None:
+    """Record, before bronze retention deletes them, that rows of these tables up to these
+    positions may be gone; a table's record only moves forward."""
+    stored = pruned_positions(lake)
+    merged = {t: max(stored.get(t, p), p) for t, p in positions.items()}
+    if any(stored.get(t) != p for t, p in merged.items()):
+        write_json(pruned_file(lake), {t: list(p) for t, p in (stored | merged).items()})
+
+
 def signals_file(lake: Lake) -> Location:
     return lake.state / "signals.json"
 

@@ -771,7 +771,8 @@ class MaintenanceConfig:
         metadata=meta("delete bronze rows committed more than this many days ago, but only "
                       "rows silver has merged (never one past its table's silver watermark); "
                       "logical decoding messages by age alone; unset: keep bronze forever, "
-                      "0: every merged row"),
+                      "0: every merged row. A mirror dropped afterwards is rebuilt from a "
+                      "snapshot (`cdc snapshot`), not from bronze"),
     )  # fmt: skip
 
     def __post_init__(self) -> None:

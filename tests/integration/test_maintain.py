@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from cdc_core.lake_state import read_watermark
 from cdc_core.silver import WATERMARK as SILVER_WATERMARK
 from cdc_core.silver_table import sql_name
 from cdc_core.stager import staged_files
+from cdc_core.state import pruned_positions
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
 from tests.integration.harness import ingest_ok as ingest
@@ -145,3 +147,28 @@ def test_bronze_retention_never_deletes_rows_silver_has_not_merged(
     ingest(p)  # silver takes what was left for it
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 19
     assert assert_mirror_equals_source(spark, p.lake, dsn, NOTES) == 1
+    pruned = pruned_positions(p.lake)  # recorded before the deletion, for items only
+    assert set(pruned) == {"public.items"}
+    assert pruned["public.items"] <= (lsn, seq)
+
+    # Dropped now, the items mirror cannot be rebuilt from bronze (its first 20 inserts are
+    # gone): the run says so and names the way out, instead of building a mirror without them.
+    shutil.rmtree(p.lake.silver(ITEMS))
+    sql(dsn, "INSERT INTO notes VALUES (2, 'second')")
+    run = p.ingest()
+    assert run.returncode == 1, run.stderr[-3000:]
+    error = run.stderr.strip().splitlines()[-1]
+    assert "table public.items has no silver mirror" in error, error
+    assert "bronze retention" in error, error
+    assert "cdc snapshot --table public.items" in error, error
+    assert not Path(p.lake.silver(ITEMS)).exists()  # so the snapshot below starts it over
+    assert assert_mirror_equals_source(spark, p.lake, dsn, NOTES) == 2  # the others go on
+
+    requested = p.cdc("snapshot", "--pipeline", "p", "--table", "public.items")
+    assert requested.returncode == 0, requested.stderr
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (
+        "table public.items has no silver mirror: it is rebuilt from this snapshot on" in run.stderr
+    )
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 19
