@@ -216,18 +216,26 @@ class _Recording:
     recorded: Lsn | None = None
 
     def open(self, position: Lsn) -> None:
+        # Both readers report where they start as confirmed (the sql reader advances the slot
+        # there, the stream reader's status messages carry it): recorded first, like any other
+        # confirmation. A run killed after publishing a staged file and before recording its end
+        # leaves that end ahead of the record, and the next run starts there.
+        self._record(position)
         self.slot.open(position)
 
     def events(self, end: Lsn) -> Generator[Event, None, None]:
         return self.slot.events(end) if isinstance(self.slot, SqlSource) else self.slot.events()
 
     def confirm(self, position: Lsn) -> None:
+        self._record(position)
+        self.slot.confirm(position)
+        faults.point("confirm.sent")
+
+    def _record(self, position: Lsn) -> None:
         if self.recorded is None or position > self.recorded:
             record_confirmed(self.lake, self.name, position)
             self.recorded = position
             faults.point("confirm.recorded")
-        self.slot.confirm(position)
-        faults.point("confirm.sent")
 
     def close(self) -> None:
         self.slot.close()

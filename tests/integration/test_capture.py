@@ -18,15 +18,18 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cdc_core.capture import _Recording
 from cdc_core.config import Dsn
 from cdc_core.errors import SetupError
+from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.local import throwaway_cluster
-from cdc_core.pg.replication import Checkpoint, SqlSource
+from cdc_core.pg.replication import Checkpoint, SqlSource, StreamSource
 from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
 from cdc_core.stager import read_metadata, staged_files
+from cdc_core.state import read_json, stream_file
 from tests.conftest import unavailable
 from tests.integration.conftest import PgServer
 from tests.integration.ground_truth import comparable, create_truth_slot, read_truth, staged_changes
@@ -291,6 +294,48 @@ def test_a_million_row_transaction_is_staged_in_bounded_memory(
     assert len(files) == 1
     meta = read_metadata(p.changes / str(files[0]))
     assert (meta["changes"], meta["transactions"]) == (1_000_000, 1)
+
+
+@pytest.mark.parametrize("reader", ["stream", "sql"])
+def test_where_a_reader_starts_is_recorded_before_the_slot_moves_there(
+    pg: PgServer, database: str, tmp_path: Path, reader: str
+) -> None:
+    """A run killed after publishing a staged file and before recording its end leaves that end
+    ahead of `_state/stream.json`, and the next run opens its reader there. Both readers report
+    their start to the slot as confirmed: the sql reader advances the slot to it, the stream
+    reader's status messages carry it. Unrecorded, a kill before the run's first confirmation
+    left the slot ahead of the record, and the run after took the slot for a recreated one and
+    refused to go on (`make crash`, seed 20261122, on 2026-11-25)."""
+    dsn = pg.dsn(database)
+    slot = f"opened_{reader}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {slot} (id int PRIMARY KEY)")
+        conn.execute(f"CREATE PUBLICATION {slot} FOR TABLE {slot}")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        conn.execute(f"INSERT INTO {slot} VALUES (1)")
+        row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    assert row is not None
+    start = Lsn.parse(row[0])  # where a staged file ends, past the slot's confirmed position
+    lake = Lake(str(tmp_path / "lake"))
+    source = (
+        SqlSource(Dsn(dsn), slot, slot) if reader == "sql" else StreamSource(Dsn(dsn), slot, slot)
+    )
+    recording = _Recording(source, lake, slot)
+    try:
+        recording.open(start)
+    finally:
+        recording.close()  # the stream reader sends its last status as it closes
+    with psycopg.connect(dsn) as conn:
+        for _ in range(100):  # the walsender takes the last status, then goes
+            state = slot_state(conn, slot)
+            assert state is not None
+            if state.active_pid is None:
+                break
+            time.sleep(0.05)
+    assert state.confirmed_flush == start  # the reader did report its start to the slot
+    recorded = read_json(stream_file(lake))
+    assert recorded is not None, "the slot moved with nothing recorded"
+    assert Lsn.parse(recorded["confirmed"]) >= start
 
 
 def test_a_quiet_pipeline_does_not_pin_wal(pg: PgServer, database: str, tmp_path: Path) -> None:
