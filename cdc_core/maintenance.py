@@ -189,14 +189,14 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
     ):
         targets.append(("transactions", lake.transactions, TRANSACTIONS_WATERMARK))
     reports = []
+    noted = functools.partial(note_pruned, lake)
     for name, path, key in targets:
         if not DeltaTable.isDeltaTable(spark, path):
             reports.append(TableReport(name, skipped="not created yet"))
             continue
         delete = retention if path == lake.bronze else None
-        noted = functools.partial(note_pruned, lake)
-        report = maintain_table(spark, name, path, key, run, delete=delete, before_delete=noted)
-        reports.append(report)
+        reports.append(maintain_table(spark, name, path, key, run, delete=delete,
+                                      before_delete=noted))  # fmt: skip
     return MaintenanceSummary(pipeline.name, lake.root, staged, tuple(reports),
                               time.monotonic() - started)  # fmt: skip
 

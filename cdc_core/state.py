@@ -89,9 +89,9 @@ def record_pruned(lake: Lake, positions: dict[str, tuple[int, int]]) -> None:
     """Record, before bronze retention deletes them, that rows of these tables up to these
     positions may be gone; a table's record only moves forward."""
     stored = pruned_positions(lake)
-    merged = {t: max(stored.get(t, p), p) for t, p in positions.items()}
-    if any(stored.get(t) != p for t, p in merged.items()):
-        write_json(pruned_file(lake), {t: list(p) for t, p in (stored | merged).items()})
+    merged = stored | {t: max(stored.get(t, p), p) for t, p in positions.items()}
+    if merged != stored:
+        write_json(pruned_file(lake), {t: list(p) for t, p in merged.items()})
 
 
 def signals_file(lake: Lake) -> Location:
