@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,12 +26,13 @@ import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
 from cdc_core.state import write_text
-from cdc_core.storage import Location, ObjectPath, arrow
+from cdc_core.storage import Location, ObjectPath, arrow, publish
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _TAIL_BYTES = 64 << 10  # a batch line is far smaller
+_DAY_S = 86_400.0
 
 
 def batches_file(lake: Lake) -> Location:
@@ -194,8 +197,6 @@ def metrics_table(lake: Lake) -> str:
 def metrics_table_age(lake: Lake) -> float | None:
     """Seconds since the metrics table's newest commit (its log read directly, on a local file
     system or an object store); None when it has none (then an append is due)."""
-    import time
-
     from cdc_core import delta_log
 
     table = lake.place(metrics_table(lake))
@@ -208,13 +209,14 @@ def metrics_table_age(lake: Lake) -> float | None:
         return None
 
 
-def flush_metrics_table(spark: SparkSession, lake: Lake) -> int:
+def flush_metrics_table(spark: SparkSession, lake: Lake, *, keep_days: int | None = None) -> int:
     """Append to the Delta table `_state/metrics` (SQL over the history) the batch lines it
     does not hold yet, in one commit; returns how many. The JSON lines are written first and
     are the record; the table catches up from them, so `--continuous` appends every
     `capture.metrics_table_interval_s` rather than paying a Delta commit per batch. The commit
     records the newest batch it holds, and Delta's txnAppId/txnVersion (that batch number)
-    keep a retried append from doubling it."""
+    keep a retried append from doubling it. Then, with `keep_days`, the lines older than that
+    which the table holds are dropped (`prune_batch_lines`)."""
     from pyspark.sql import functions as F
 
     from cdc_core.lake_state import committing, read_watermark
@@ -223,16 +225,17 @@ def flush_metrics_table(spark: SparkSession, lake: Lake) -> int:
     mark = read_watermark(spark, path, METRICS_WATERMARK)
     held = int(str(mark[METRICS_WATERMARK])) if mark else _newest_batch_in(spark, path)
     lines = batch_lines_after(lake, held)
-    if not lines:
-        return 0
-    newest = int(lines[-1]["batch"])
-    text = spark.createDataFrame([(json.dumps(r),) for r in lines], "line string")
-    schema = ", ".join(f"`{name}` {kind}" for name, kind in _TABLE_COLUMNS)
-    rows = text.select(
-        F.from_json("line", schema, {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}).alias("m")
-    ).select("m.*")
-    with committing(spark, {METRICS_WATERMARK: newest}, app_id=METRICS_APP, version=newest):
-        rows.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+    if lines:
+        newest = int(lines[-1]["batch"])
+        text = spark.createDataFrame([(json.dumps(r),) for r in lines], "line string")
+        schema = ", ".join(f"`{name}` {kind}" for name, kind in _TABLE_COLUMNS)
+        times = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}
+        rows = text.select(F.from_json("line", schema, times).alias("m")).select("m.*")
+        with committing(spark, {METRICS_WATERMARK: newest}, app_id=METRICS_APP, version=newest):
+            rows.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+        held = newest
+    if keep_days is not None:
+        prune_batch_lines(lake, held, keep_days)
     return len(lines)
 
 
@@ -277,6 +280,60 @@ def batch_lines_after(lake: Lake, batch: int) -> list[dict[str, Any]]:
     return found[::-1]
 
 
+def prune_batch_lines(lake: Lake, held: int, keep_days: int, *, now_s: float | None = None) -> int:
+    """Drop the batch lines that ended more than `keep_days` days ago and that the metrics table
+    holds (numbered `held` or below); returns how many went. The newest line always stays: the
+    next batch is numbered from it. Only ingest writes the lines, under the run lock, and the
+    file is replaced in one step (a reader sees the old or the new one). Nothing is rewritten
+    until the oldest line is a day past the cutoff, so that happens about once a day; only the
+    lines up to the first one kept are parsed, the rest is copied as it is."""
+    cutoff = (time.time() if now_s is None else now_s) - keep_days * _DAY_S
+    path = batches_file(lake)
+    if isinstance(path, ObjectPath):
+        return _BatchObjects(path).prune(held, cutoff)
+
+    def goes(record: dict[str, Any]) -> bool:
+        return int(record["batch"]) <= held and _ended_s(record) < cutoff
+
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return 0
+    with f:
+        oldest = next(filter(None, map(_parsed, f)), None)
+        if oldest is None or _ended_s(oldest) >= cutoff - _DAY_S or not goes(oldest):
+            return 0
+        f.seek(0)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        dropped, held_back = 0, None  # held back: a line that goes unless it is the newest
+        with tmp.open("wb") as out:
+            for line in f:
+                record = _parsed(line)
+                if record is None:
+                    continue  # a line cut by a crash
+                if held_back is not None:
+                    dropped += 1
+                held_back = None
+                if goes(record):
+                    held_back = line
+                else:  # lines are in batch and time order: every one from here on stays
+                    out.write(line if line.endswith(b"\n") else line + b"\n")
+                    shutil.copyfileobj(f, out)
+                    break
+            if held_back is not None:
+                out.write(held_back if held_back.endswith(b"\n") else held_back + b"\n")
+    publish(tmp, path)
+    return dropped
+
+
+def _ended_s(record: dict[str, Any]) -> float:
+    """When a batch line's batch ended; a line without a readable time never expires."""
+    try:
+        return datetime.fromisoformat(str(record["ended_at"])).timestamp()
+    except (KeyError, ValueError):
+        return float("inf")
+
+
 def _parsed(line: bytes) -> dict[str, Any] | None:
     try:
         data = json.loads(line)
@@ -316,6 +373,26 @@ class _BatchObjects:
         n = int(record["batch"])
         write_text(self.folder / f"{n:012d}.json", json.dumps(record, sort_keys=True))
         write_text(self.folder / "latest.json", json.dumps({"batch": n}))
+
+    def prune(self, held: int, cutoff: float) -> int:
+        """Delete the batch objects from the oldest on while they ended before `cutoff` and
+        the metrics table holds them, never the newest; `oldest.json` says where the next
+        pruning starts (a crash before it is written leaves objects already deleted, which
+        are skipped)."""
+        pointer = self._read("oldest.json")
+        n = int(pointer["batch"]) if pointer else 1
+        newest, deleted = self._newest(), 0
+        while n < min(newest, held + 1):
+            record = self._read(f"{n:012d}.json")
+            if record is not None:
+                if _ended_s(record) >= cutoff:
+                    break
+                (self.folder / f"{n:012d}.json").unlink(missing_ok=True)
+                deleted += 1
+            n += 1
+        if deleted:
+            write_text(self.folder / "oldest.json", json.dumps({"batch": n}))
+        return deleted
 
     def after(self, batch: int) -> list[dict[str, Any]]:
         found = []

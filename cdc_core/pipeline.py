@@ -297,8 +297,11 @@ def batch(
     record = _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs),
                      retained_wal=retained_wal)  # fmt: skip
     write_prometheus(lake, record)
-    if _metrics_table_due(lake, totals, config.pipeline.capture.metrics_table_interval_s):
-        flush_metrics_table(session_of(spark), lake)
+    capture_settings = config.pipeline.capture
+    if _metrics_table_due(lake, totals, capture_settings.metrics_table_interval_s):
+        flush_metrics_table(
+            session_of(spark), lake, keep_days=capture_settings.batch_lines_retention_days
+        )
         totals.table_flushed = time.monotonic()
     errors = [t.error for t in merged if t.error]
     if errors:

@@ -649,7 +649,20 @@ class CaptureConfig:
                       "lines and the Prometheus textfile are written every batch"),
     )  # fmt: skip
 
+    batch_lines_retention_days: int | None = field(
+        default=7,
+        metadata=meta("drop the lines of _state/batches.jsonl older than this many days once "
+                      "the Delta metrics table holds them (it keeps the whole history; the "
+                      "newest line always stays); checked when the table is appended to, the "
+                      "file rewritten about once a day; unset: keep every line"),
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
+        if self.batch_lines_retention_days is not None and self.batch_lines_retention_days < 1:
+            raise FieldError(
+                "batch_lines_retention_days",
+                f"{self.batch_lines_retention_days} must be at least 1 (or unset: keep every line)",
+            )
         for key in ("chunk_changes", "file_changes", "peek_changes"):
             if getattr(self, key) < 1:
                 raise FieldError(key, f"{getattr(self, key)} must be at least 1")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from cdc_core.lake import Lake
-from cdc_core.metrics import flush_metrics_table, metrics_table, record_batch
+from cdc_core.metrics import (
+    batch_lines_after,
+    flush_metrics_table,
+    iso,
+    metrics_table,
+    record_batch,
+)
 
 
 def line(n: int) -> dict[str, object]:
@@ -35,3 +42,19 @@ def test_the_table_gets_each_batch_line_once(spark: SparkSession, tmp_path: Path
     assert str(rows[4]["visible_at"]).startswith("2026-11-21")
     versions = spark.sql(f"DESCRIBE HISTORY delta.`{metrics_table(lake)}`").count()
     assert versions == 2  # one commit per flush that had lines
+
+
+def test_old_lines_go_once_the_table_holds_them(spark: SparkSession, tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    month_ago = iso(int((time.time() - 30 * 86_400) * 1e6))
+    for n in (1, 2, 3):
+        record_batch(lake, line(n) | {"ended_at": month_ago})
+    record_batch(lake, line(4))  # a line without a readable end time never expires
+
+    assert flush_metrics_table(spark, lake, keep_days=7) == 4
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [4]
+    record_batch(lake, line(5) | {"ended_at": month_ago})  # after one that never expires: stays
+    assert flush_metrics_table(spark, lake, keep_days=7) == 1
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [4, 5]
+    table = spark.read.format("delta").load(metrics_table(lake))
+    assert sorted(r["batch"] for r in table.collect()) == [1, 2, 3, 4, 5]

@@ -15,8 +15,16 @@ from cdc_core.metrics import (
     batches_file,
     last_batch,
     prometheus_text,
+    prune_batch_lines,
     record_batch,
 )
+
+DAY = 86_400
+NOW = 1_800_000_000.0
+
+
+def line(n: int, days_ago: float) -> dict[str, object]:
+    return {"batch": n, "ended_at": metrics.iso(int((NOW - days_ago * DAY) * 1e6))}
 
 
 def test_freshness_over_the_changes_of_a_batch() -> None:
@@ -95,3 +103,40 @@ def test_the_metrics_table_is_appended_to_once_per_interval_across_runs(tmp_path
     assert not _metrics_table_due(lake, Totals(), 60)
     assert _metrics_table_due(lake, Totals(table_flushed=time.monotonic() - 61), 60)
     assert not _metrics_table_due(lake, Totals(table_flushed=time.monotonic()), 60)
+
+
+def test_old_batch_lines_the_metrics_table_holds_are_dropped(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    assert prune_batch_lines(lake, 0, 7, now_s=NOW) == 0  # no file yet
+    # batches 1-6 ended 9.9 to 5 days ago, 7-8 a day ago; a crash cut a line after batch 2
+    for n, days in [(1, 9.9), (2, 9.5)]:
+        record_batch(lake, line(n, days))
+    with batches_file(lake).open("a") as f:
+        f.write('{"batch": 3, "chan\n')
+    for n, days in [(3, 9), (4, 7.9), (5, 7.5), (6, 5), (7, 1), (8, 1)]:
+        record_batch(lake, line(n, days))
+
+    # the oldest line is not yet a day past the cutoff: nothing is rewritten
+    assert prune_batch_lines(lake, 8, 9, now_s=NOW) == 0
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [1, 2, 3, 4, 5, 6, 7, 8]
+    # the metrics table holds batches up to 3 only: older lines it does not hold stay
+    assert prune_batch_lines(lake, 3, 7, now_s=NOW) == 3
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [4, 5, 6, 7, 8]
+    # held up to 8, kept 7 days: the oldest line left (batch 4, 7.9 days) is less than a day
+    # past the cutoff, so the file waits; kept 6 days, batches 4 and 5 go
+    assert prune_batch_lines(lake, 8, 7, now_s=NOW) == 0
+    assert prune_batch_lines(lake, 8, 6, now_s=NOW) == 2
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [6, 7, 8]
+    assert batches_file(lake).read_text().count("\n") == 3
+    assert [p.name for p in tmp_path.rglob("*.tmp")] == []
+
+
+def test_the_newest_batch_line_always_stays(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    for n in (1, 2, 3):
+        record_batch(lake, line(n, 30))
+    assert prune_batch_lines(lake, 3, 7, now_s=NOW) == 2
+    assert last_batch(lake) == line(3, 30)  # the next batch is numbered 4
+    assert prune_batch_lines(lake, 3, 7, now_s=NOW) == 0
+    record_batch(lake, line(4, 0))
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [3, 4]

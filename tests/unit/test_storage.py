@@ -13,7 +13,13 @@ import pytest
 
 from cdc_core.errors import TerminalError
 from cdc_core.lake import Lake
-from cdc_core.metrics import batch_lines_after, batches_file, last_batch, record_batch
+from cdc_core.metrics import (
+    batch_lines_after,
+    batches_file,
+    last_batch,
+    prune_batch_lines,
+    record_batch,
+)
 from cdc_core.run_lock import RunLockedError, holder_file, lock_file, read_holder, run_lock
 from cdc_core.stager import Stager, iter_rows, read_metadata, relations_of, staged_files
 from cdc_core.state import read_json, schema_history, write_json
@@ -149,6 +155,24 @@ def test_batch_lines_are_objects_and_a_missing_pointer_heals(lake: Lake) -> None
     )  # died before the pointer
     assert last_batch(lake) == {"batch": 4, "changes": 40}
     assert [r["batch"] for r in batch_lines_after(lake, 2)] == [3, 4]
+
+
+def test_old_batch_objects_the_metrics_table_holds_are_deleted(lake: Lake) -> None:
+    from tests.unit.test_metrics import DAY, NOW, line
+
+    for n, days in [(1, 20), (2, 19), (3, 18), (4, 10), (5, 1)]:
+        record_batch(lake, line(n, days))
+    folder = batches_file(lake)
+    assert isinstance(folder, ObjectPath)
+    (folder / f"{2:012d}.json").unlink()  # deleted by a pruning that died before its pointer
+
+    assert prune_batch_lines(lake, 2, 7, now_s=NOW) == 1  # the table holds up to 2 only
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [3, 4, 5]
+    assert prune_batch_lines(lake, 5, 15, now_s=NOW) == 1  # batch 3; 4 is younger
+    assert prune_batch_lines(lake, 5, 7, now_s=NOW) == 1  # from the pointer on: batch 4
+    assert prune_batch_lines(lake, 5, 1, now_s=NOW + 30 * DAY) == 0  # the newest stays
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [5]
+    assert last_batch(lake) == line(5, 1)
 
 
 def test_schema_history_lists_entries_on_the_store(lake: Lake) -> None:
