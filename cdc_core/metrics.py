@@ -11,6 +11,7 @@ carry over (`MilliSecondsBehindSource`: the newest change's lag; `TotalNumberOfE
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -30,6 +31,8 @@ from cdc_core.storage import Location, ObjectPath, arrow, publish
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("cdc_core.metrics")
 
 _TAIL_BYTES = 64 << 10  # a batch line is far smaller
 _DAY_S = 86_400.0
@@ -235,7 +238,10 @@ def flush_metrics_table(spark: SparkSession, lake: Lake, *, keep_days: int | Non
             rows.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
         held = newest
     if keep_days is not None:
-        prune_batch_lines(lake, held, keep_days)
+        try:
+            prune_batch_lines(lake, held, keep_days)
+        except OSError as e:  # housekeeping: the batch and its line are already durable
+            log.warning("old batch lines not dropped this time: %s", e)
     return len(lines)
 
 
@@ -293,7 +299,7 @@ def prune_batch_lines(lake: Lake, held: int, keep_days: int, *, now_s: float | N
         return _BatchObjects(path).prune(held, cutoff)
 
     def goes(record: dict[str, Any]) -> bool:
-        return int(record["batch"]) <= held and _ended_s(record) < cutoff
+        return int(record.get("batch", 0)) <= held and _ended_s(record) < cutoff
 
     try:
         f = path.open("rb")

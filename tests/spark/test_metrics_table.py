@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
+from cdc_core import metrics
 from cdc_core.lake import Lake
 from cdc_core.metrics import (
     batch_lines_after,
@@ -58,3 +60,18 @@ def test_old_lines_go_once_the_table_holds_them(spark: SparkSession, tmp_path: P
     assert [r["batch"] for r in batch_lines_after(lake, 0)] == [4, 5]
     table = spark.read.format("delta").load(metrics_table(lake))
     assert sorted(r["batch"] for r in table.collect()) == [1, 2, 3, 4, 5]
+
+
+def test_lines_that_cannot_be_dropped_leave_the_batch_alone(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    def disk_full(*args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics, "prune_batch_lines", disk_full)
+    lake = Lake(str(tmp_path))
+    record_batch(lake, line(1))
+    assert flush_metrics_table(spark, lake, keep_days=7) == 1
+    assert "old batch lines not dropped this time" in caplog.text
+    assert "No space left on device" in caplog.text
