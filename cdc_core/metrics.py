@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
 from cdc_core.state import write_text
-from cdc_core.storage import Location, ObjectPath, arrow, publish
+from cdc_core.storage import Location, ObjectPath, arrow, publish, temporary_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -310,24 +310,20 @@ def prune_batch_lines(lake: Lake, held: int, keep_days: int, *, now_s: float | N
         if oldest is None or _ended_s(oldest) >= cutoff - _DAY_S or not goes(oldest):
             return 0
         f.seek(0)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = temporary_for(path)
         dropped, held_back = 0, None  # held back: a line that goes unless it is the newest
         with tmp.open("wb") as out:
             for line in f:
                 record = _parsed(line)
                 if record is None:
                     continue  # a line cut by a crash
-                if held_back is not None:
-                    dropped += 1
-                held_back = None
-                if goes(record):
-                    held_back = line
-                else:  # lines are in batch and time order: every one from here on stays
-                    out.write(line if line.endswith(b"\n") else line + b"\n")
-                    shutil.copyfileobj(f, out)
+                dropped += held_back is not None
+                held_back = line.rstrip(b"\n") + b"\n"
+                if not goes(record):  # lines are in batch and time order: the rest all stay
                     break
             if held_back is not None:
-                out.write(held_back if held_back.endswith(b"\n") else held_back + b"\n")
+                out.write(held_back)
+                shutil.copyfileobj(f, out)
     publish(tmp, path)
     return dropped
 

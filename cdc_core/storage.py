@@ -227,12 +227,17 @@ def write_atomic(path: Location, data: bytes) -> None:
         path.write_bytes(data)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = temporary_for(path)
     with tmp.open("wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def temporary_for(path: Path) -> Path:
+    """The name a local file is written under before it replaces `path` in one step."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def publish(tmp: Location, final: Location) -> None:
