@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import traceback
@@ -92,6 +93,22 @@ def _doctor(args: argparse.Namespace) -> int:
     report = run_doctor(config)
     print(format_report(report, color=sys.stdout.isatty()))
     return EXIT_OK if report.ok else EXIT_USAGE
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number (`nan` and `inf` are refused by name)."""
+    value = float(text)  # a ValueError: argparse says "invalid seconds value: 'x'"
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
+    return value
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -233,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
     p.add_argument("--json", action="store_true", help="one JSON object, for machines")
     p.add_argument(
-        "--stale-after", type=float, default=3600.0, metavar="SECONDS",
+        "--stale-after", type=seconds, default=3600.0, metavar="SECONDS",
         help="a pipeline whose last batch ended longer ago is stale (exit 1), default 3600",
     )  # fmt: skip
     p.set_defaults(run=_status)
@@ -257,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this captured table, schema.name (repeatable)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object, for machines")
     p.add_argument(
-        "--settle", type=float, default=0.0, metavar="SECONDS",
+        "--settle", type=seconds, default=0.0, metavar="SECONDS",
         help="compare keys that may differ by lag again (while ingest runs) for up to this long",
     )  # fmt: skip
     p.add_argument("--max-keys", type=int, default=100, metavar="N",
@@ -281,8 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("workload", help="write realistic traffic into a shop database")
     p.add_argument("--dsn", required=True, help="connection string of the shop database")
     p.add_argument("--changes", type=int, default=None, help="stop after about N row changes")
-    p.add_argument("--duration", type=float, default=None, help="stop after S seconds")
-    p.add_argument("--rate", type=float, default=None, help="row changes per second")
+    p.add_argument("--duration", type=seconds, default=None, help="stop after S seconds")
+    p.add_argument("--rate", type=seconds, default=None, help="row changes per second")
     p.add_argument("--concurrency", type=int, default=3, help="interleaved transactions")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(run=_workload)

@@ -57,7 +57,13 @@ from cdc_core.validate_pg import (
     source_snapshot,
     uncaptured_changes,
 )
-from cdc_core.validate_quality import QualityReport, Suite, build_suite, run_quality
+from cdc_core.validate_quality import (
+    QualityReport,
+    Suite,
+    build_suite,
+    check_patterns,
+    run_quality,
+)
 from cdc_core.validate_ranges import FETCH_ROWS, DiffKind, KeyDiff, compare, recheck
 from cdc_core.validate_spark import SilverTable, live_rows, read_version
 
@@ -149,7 +155,9 @@ def validate(config: Config, spark: SparkSession, options: Options) -> Report:
     runs = [_Run(t, TableReport(t.qualified)) for t in options.tables or pipeline.source.tables]
     for run in runs:
         _pin(spark, lake, config, run)
-    suites = _suites(config, runs) if options.quality else []  # bad expectations stop first
+    if options.quality:  # bad expectations stop first
+        check_patterns(spark, list(enumerate(pipeline.validate.expectations)), config.pipeline_file)
+    suites = _suites(config, runs) if options.quality else []
     snapshot = _round(spark, config, lake, runs, options, first=True)
     deadline = started + options.settle_s
     while _unsettled(runs) and time.monotonic() < deadline:

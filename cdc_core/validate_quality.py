@@ -97,6 +97,27 @@ def build_suite(
     return Suite(table, tuple(checks), declared)
 
 
+def check_patterns(
+    spark: SparkSession, expectations: Sequence[tuple[int, ColumnExpectation]], pipeline_file: str
+) -> None:
+    """Each `regex` compiled as Spark's `rlike` will compile it (java.util.regex, whose syntax
+    differs from Python's: `\\p{Lu}` and `\\Q...\\E` are Java's): a `ConfigError` naming the
+    key for one that does not compile."""
+    pattern = spark.sparkContext._jvm.java.util.regex.Pattern  # type: ignore[union-attr]
+    for i, e in expectations:
+        if e.regex is None:
+            continue
+        try:
+            pattern.compile(e.regex)
+        except Exception as error:  # a PatternSyntaxException, as PySpark or py4j wraps it
+            problem = (str(error).strip().splitlines() or ["cannot compile"])[0]
+            raise ConfigError(
+                pipeline_file, f"validate.expectations[{i}].regex",
+                f"{e.regex!r} is not a regular expression (Java syntax, as Spark's rlike): "
+                f"{problem}",
+            ) from None  # fmt: skip
+
+
 def _user_checks(
     e: ColumnExpectation, types: dict[str, SilverType], key: str, file: str
 ) -> list[tuple[str, dict[str, Any], str]]:

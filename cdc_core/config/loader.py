@@ -7,14 +7,16 @@ the field name (Debezium's dotted names), deprecated aliases of values and an ex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import logging
+import math
 import os
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -79,12 +81,20 @@ class _StrictLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, yaml.Node] = {}
     for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:  # `<<: *defaults`: the mapping's own keys win
+            continue
         key = loader.construct_object(key_node, deep=True)
+        mark = key_node.start_mark
+        if not isinstance(key, Hashable):
+            problem = f"a key is a single value, not {_kind(key)}"
+            raise yaml.constructor.ConstructorError(None, None, problem, mark)
         if key in seen:
-            mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
         seen[key] = key_node
     return loader.construct_mapping(node, deep=True)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 _StrictLoader.add_constructor(
@@ -293,13 +303,16 @@ class Builder:
     def _number(self, tp: type[int] | type[float], raw: Any, path: str) -> int | float:
         if isinstance(raw, bool):
             raise self.error(path, f"expected a number, got {_kind(raw)}")
+        number: int | float | None = None
         if isinstance(raw, int) or (tp is float and isinstance(raw, float)):
-            return tp(raw)
-        if isinstance(raw, str):
-            try:
-                return tp(raw.strip())
-            except ValueError:
-                pass
+            number = tp(raw)
+        elif isinstance(raw, str):
+            with contextlib.suppress(ValueError):
+                number = tp(raw.strip())
+        if number is not None:
+            if not math.isfinite(number):  # .nan, .inf, "1e999"
+                raise self.error(path, f"expected a finite number, got {raw!r}")
+            return number
         kind = "a whole number" if tp is int else "a number"
         raise self.error(path, f"expected {kind}, got {_kind(raw)}")
 

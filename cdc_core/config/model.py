@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -578,26 +579,42 @@ class TargetConfig:
         root = self.root.strip()
         if not root:
             raise FieldError("root", "the path is empty")
-        scheme, sep, rest = root.partition("://")
-        if sep and scheme == "s3a":
+        uri = _URI.match(root)
+        scheme, slashes, rest = (
+            (uri.group(1).lower(), uri.group(2), root[uri.end() :]) if uri else ("", "", root)
+        )
+        if scheme == "s3a":
+            if not slashes:
+                raise FieldError("root", f"{root}: an S3 location has two slashes: "
+                                 "s3a://bucket/prefix")  # fmt: skip
             if not rest.strip("/"):
                 raise FieldError("root", f"{root}: name a bucket (s3a://bucket/prefix)")
             parts = [part for part in rest.split("/") if part]  # no empty names in keys
-            object.__setattr__(self, "root", f"{scheme}://{'/'.join(parts)}")
+            object.__setattr__(self, "root", f"s3a://{'/'.join(parts)}")
             return
-        if sep and scheme != "file":
-            hint = (
-                " (write s3a:// for S3: Spark's s3a connector)" if scheme in ("s3", "s3n") else ""
-            )
-            raise FieldError(
-                "root",
-                f"{root}: the {scheme}:// file system is not supported{hint}. Use a local path, a "
-                "mounted one (a Databricks volume /Volumes/..., an NFS mount), file: or s3a://",
-            )
-        if root.startswith("file:"):  # file:///x, file:/x: the local path /x
-            root = "/" + root.removeprefix("file:").lstrip("/")
+        if scheme == "file":  # file:///x, file:/x, file://localhost/x: the local path /x
+            host, _, path = rest.partition("/") if slashes else ("", "/", rest)
+            if host not in ("", "localhost"):
+                raise FieldError("root", f"{root}: a file: URI names a path on this machine "
+                                 f"(file:///path), not on host {host!r}")  # fmt: skip
+            root = "/" + path.lstrip("/")
+        elif scheme:  # a URI of a file system the driver cannot write its own files to
+            raise FieldError("root", f"{root}: the {scheme}: file system is not supported"
+                             f"{_ROOT_HINTS.get(scheme, '')}. Use a local path, a mounted one (a "
+                             "Databricks volume /Volumes/..., an NFS mount), file: or "
+                             "s3a://bucket/prefix")  # fmt: skip
         root = os.path.abspath(os.path.expanduser(root))
         object.__setattr__(self, "root", root.rstrip("/") or "/")
+
+
+_URI = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):(?=/)(//)?")
+"""A URI: its scheme, then `:/` or `://` (`dbfs:/x`, `s3a://x`, `file:///x`); `./x:/y`,
+`/x:/y` and `x:y` are paths."""
+_ROOT_HINTS = {
+    "s3": " (write s3a:// for S3: Spark's s3a connector)",
+    "s3n": " (write s3a:// for S3: Spark's s3a connector)",
+    "dbfs": " (on Databricks, use a volume /Volumes/... or the /dbfs/... mount)",
+}
 
 
 @dataclass(frozen=True)
@@ -668,7 +685,7 @@ class CaptureConfig:
                 raise FieldError(key, f"{getattr(self, key)} must be at least 1")
         if self.retries < 0:
             raise FieldError("retries", f"{self.retries} must be 0 or more")
-        for key in ("trigger_interval_s", "metrics_table_interval_s"):
+        for key in ("retry_backoff_s", "trigger_interval_s", "metrics_table_interval_s"):
             if getattr(self, key) < 0:
                 raise FieldError(key, f"{getattr(self, key)} is negative")
 
@@ -899,6 +916,21 @@ class CatalogSettings:
         metadata=meta("catalog database the mirrors are registered in; {schema} is the source "
                       "schema, so public.customers becomes cdc_public.customers"),
     )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        try:
+            fields = [f + (f"!{c}" if c else "") + (f":{spec}" if spec else "")
+                      for _, f, spec, c in string.Formatter().parse(self.database)
+                      if f is not None]  # fmt: skip
+        except ValueError as e:  # a lone { or }
+            raise FieldError("database", f"{self.database!r}: {e} (write {{{{ and }}}} for a "
+                             "literal brace)") from e  # fmt: skip
+        unknown = [f for f in fields if f != "schema"]
+        if unknown:
+            raise FieldError("database", f"{self.database!r}: unknown placeholder "
+                             f"{{{unknown[0]}}}; the only one is {{schema}}")  # fmt: skip
+        if not self.database.format(schema="public").strip():
+            raise FieldError("database", "the name is empty")
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def test_s3a_roots_are_kept_and_other_object_stores_refused(tmp_path: Path) -> N
     for root, hint in (
         (
             "abfss://c@account.dfs.core.windows.net/lake",
-            "the abfss:// file system is not supported.",
+            "the abfss: file system is not supported.",
         ),
         ("s3://bucket/lake", "(write s3a:// for S3: Spark's s3a connector)"),
     ):
@@ -108,11 +108,43 @@ def test_s3a_roots_are_kept_and_other_object_stores_refused(tmp_path: Path) -> N
 
 
 def test_file_uri_roots_are_local_paths(tmp_path: Path) -> None:
-    for root in ("file:///data/lake", "file:/data/lake"):
+    for root in ("file:///data/lake", "file:/data/lake", "file://localhost/data/lake"):
         config = load_pipeline(
             "orders", "local", home=write_home(tmp_path), environ={"LAKE_ROOT": root}
         )
         assert config.pipeline.target.root == "/data/lake/orders"
+    message = load_error(tmp_path, CONTRACT, {"LAKE_ROOT": "file://nas/data/lake"})
+    assert "a file: URI names a path on this machine (file:///path), not on host 'nas'" in message
+
+
+@pytest.mark.parametrize(
+    ("root", "message"),
+    [
+        ("dbfs:/mnt/lake", "dbfs:/mnt/lake/orders: the dbfs: file system is not supported (on "
+         "Databricks, use a volume /Volumes/... or the /dbfs/... mount)"),
+        ("s3a:/bucket/lake", "s3a:/bucket/lake/orders: an S3 location has two slashes: "
+         "s3a://bucket/prefix"),
+        ("S3:/bucket", "the s3: file system is not supported (write s3a:// for S3"),
+        ("gs://bucket/lake", "the gs: file system is not supported. Use a local path"),
+    ],
+)  # fmt: skip
+def test_a_uri_with_one_slash_is_not_taken_for_a_local_path(
+    tmp_path: Path, root: str, message: str
+) -> None:
+    """`dbfs:/x` is a URI, not a directory named `dbfs:` under the working directory (the lake
+    would land on the driver's local disk)."""
+    assert message in load_error(tmp_path, CONTRACT, {"LAKE_ROOT": root})
+
+
+def test_a_colon_inside_a_local_path_keeps_it_a_path(tmp_path: Path) -> None:
+    for root, expected in (
+        ("./a:/b", Path.cwd() / "a:" / "b"),
+        ("lake:2024", Path.cwd() / "lake:2024"),
+    ):
+        config = load_pipeline(
+            "orders", "local", home=write_home(tmp_path), environ={"LAKE_ROOT": root}
+        )
+        assert config.pipeline.target.root == str(expected / "orders")
 
 
 def test_dollar_dollar_is_a_literal_dollar(tmp_path: Path) -> None:
@@ -188,6 +220,47 @@ def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
 def test_duplicate_keys_are_rejected_not_silently_overwritten(tmp_path: Path) -> None:
     message = load_error(tmp_path, CONTRACT + "name: other\n")
     assert message.startswith("pipelines/orders.yaml:11:1: malformed YAML: duplicate key 'name'")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("snapshot:\n  ? [mode]\n  : initial\n", ":10:5: malformed YAML: a key is a single value, "
+         "not a list"),
+        ("snapshot: {{mode: x}: initial}\n", ":9:12: malformed YAML: a key is a single value, "
+         "not a mapping"),
+    ],
+)  # fmt: skip
+def test_a_list_or_mapping_as_a_key_is_malformed_yaml(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    pipeline = CONTRACT.replace("snapshot:\n  mode: initial               # initial | always | "
+                                "initial_only | no_data | when_needed\n", "")  # fmt: skip
+    assert "snapshot" not in pipeline
+    assert load_error(tmp_path, pipeline + text) == "pipelines/orders.yaml" + message
+
+
+def test_yaml_merge_keys_merge_and_the_mapping_own_keys_win(tmp_path: Path) -> None:
+    """`<<: *anchor` is standard YAML (1.1): the merged keys come first, the mapping's own win;
+    a key written twice in the mapping itself is still a duplicate."""
+    pipeline = CONTRACT + textwrap.dedent("""\
+        validate:
+          expectations:
+            - &id {table: public.orders, column: id, not_null: true, mostly: 0.5}
+            - <<: *id
+              column: customer_id
+              mostly: 0.9
+        """)
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    first, second = config.pipeline.validate.expectations
+    assert (second.table, second.column, second.not_null, second.mostly) == (
+        first.table,
+        "customer_id",
+        True,
+        0.9,
+    )
+    message = load_error(tmp_path, pipeline + "      column: status\n")
+    assert "malformed YAML: duplicate key 'column'" in message
 
 
 def test_pipeline_name_with_no_file_lists_what_exists(tmp_path: Path) -> None:
@@ -291,6 +364,45 @@ def test_spark_conf_keys_must_be_spark_settings(tmp_path: Path) -> None:
     assert str(e.value).startswith(
         "conf/local.yaml: spark.conf: 'shuffle.partitions' is not a Spark setting"
     )
+
+
+@pytest.mark.parametrize(
+    ("database", "message"),
+    [
+        ("cdc_{schem}", "catalog.database: 'cdc_{schem}': unknown placeholder {schem}; the only "
+         "one is {schema}"),
+        ("cdc_{0}", "unknown placeholder {0}"),
+        ("cdc_{schema!r}", "unknown placeholder {schema!r}"),
+        ("cdc_{schema", "'cdc_{schema': expected '}' before end of string (write {{ and }} for a "
+         "literal brace)"),
+    ],
+)  # fmt: skip
+def test_a_catalog_database_template_is_checked_when_it_loads(
+    tmp_path: Path, database: str, message: str
+) -> None:
+    """Not in the middle of a batch, after bronze is written (`str.format` raising KeyError)."""
+    home = write_home(tmp_path, env=f"catalog:\n  register: true\n  database: '{database}'\n")
+    with pytest.raises(ConfigError) as e:
+        load_env("local", home=home, environ={})
+    assert str(e.value).startswith("conf/local.yaml: ")
+    assert message in str(e.value)
+    home = write_home(tmp_path, env="catalog:\n  database: 'mirror_{schema}_{{x}}'\n")
+    assert load_env("local", home=home, environ={})[0].catalog.database == "mirror_{schema}_{{x}}"
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "'1e999'", "'nan'"])
+def test_a_number_that_is_not_finite_is_refused(tmp_path: Path, value: str) -> None:
+    """`age >= nan` is never true (the metrics table would never be appended again), and
+    `sleep(inf)` overflows."""
+    for key in ("trigger_interval_s", "metrics_table_interval_s", "retry_backoff_s"):
+        message = load_error(tmp_path, CONTRACT + f"capture:\n  {key}: {value}\n")
+        assert f"capture.{key}: expected a finite number, got " in message
+
+
+def test_a_negative_retry_wait_is_refused(tmp_path: Path) -> None:
+    """Else the first transient failure ends the run with `sleep length must be non-negative`."""
+    message = load_error(tmp_path, CONTRACT + "capture:\n  retry_backoff_s: -5\n")
+    assert message.endswith("capture.retry_backoff_s: -5.0 is negative")
 
 
 def test_booleans_from_environment_variables(tmp_path: Path) -> None:

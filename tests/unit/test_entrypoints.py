@@ -119,3 +119,28 @@ def test_debug_adds_the_traceback(home: Path) -> None:
 def test_usage_errors_exit_2(home: Path) -> None:
     assert run([INGEST], home).returncode == 2
     assert run([*CDC, "workload", "--dsn", "x"], home).returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--continuous", "--max-batches", "0"], "argument --max-batches: '0': give 1 or more"),
+        (["--max-batches", "3"], "--max-batches N applies to --continuous"),
+    ],
+)  # fmt: skip
+def test_a_batch_limit_that_cannot_hold_exits_2(home: Path, args: list[str], message: str) -> None:
+    """Not one batch run anyway (0 was checked only after a batch), nor a limit ignored."""
+    proc = run([INGEST, "--pipeline", "orders", *args], home)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_seconds_that_are_not_finite_exit_2(home: Path, value: str) -> None:
+    """`--stale-after nan` made every pipeline fresh (and wrote NaN into --json)."""
+    proc = run([*CDC, "status", "--pipeline", "orders", "--stale-after", value], home)
+    assert proc.returncode == 2
+    assert f"argument --stale-after: {value!r} is not a finite number" in proc.stderr
+    proc = run([*CDC, "workload", "--dsn", "x", "--duration", "1", "--rate", value], home)
+    assert proc.returncode == 2
+    assert f"argument --rate: {value!r} is not a finite number" in proc.stderr

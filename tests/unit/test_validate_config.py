@@ -54,8 +54,8 @@ def test_a_pipeline_without_the_section_checks_nothing_extra(tmp_path: Path) -> 
         ("{table: public.orders, column: id}",
          "validate.expectations[0].column: no check for id: add one of not_null, unique, min, "
          "max, in_set, regex"),
-        ("{table: public.orders, column: id, regex: '(unclosed'}",
-         "validate.expectations[0].regex: '(unclosed' is not a regular expression"),
+        ("{table: public.orders, column: id, regex: ''}",
+         "validate.expectations[0].regex: the regular expression is empty"),
         ("{table: public.orders, column: id, not_null: true, mostly: 0}",
          "validate.expectations[0].mostly: 0.0 is not in (0, 1]"),
         ("{table: public.orders, column: id, min: 10, max: 1}",
