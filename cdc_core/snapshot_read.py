@@ -41,7 +41,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import committing
 from cdc_core.lsn import Lsn
-from cdc_core.pg.connect import VALUE_OPTIONS, connect
+from cdc_core.pg.connect import VALUE_OPTIONS, VALUE_SET, connect
 from cdc_core.snapshot import SnapshotJob, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken
@@ -80,7 +80,10 @@ def jdbc_target(dsn: Dsn) -> tuple[str, dict[str, str]]:
     host, port = str(params.get("host") or "localhost"), str(params.get("port") or "5432")
     user = str(params.get("user") or "")
     url = f"jdbc:postgresql://{host}:{port}/{params.get('dbname') or user}"
-    props = {"driver": "org.postgresql.Driver", "user": user, "options": VALUE_OPTIONS}
+    # The driver sends its own TimeZone (the JVM's) after `options`, and the server applies it
+    # last: the settings are made again once the session is open.
+    props = {"driver": "org.postgresql.Driver", "user": user, "options": VALUE_OPTIONS,
+             "sessionInitStatement": VALUE_SET}  # fmt: skip
     for key in ("password", "sslmode", "sslrootcert", "sslcert", "sslkey"):
         if params.get(key):
             props[key] = str(params[key])
@@ -147,7 +150,7 @@ def read_group(
         view = ReadView.parse(snapshot, position, before)
         props |= {
             "sessionInitStatement": (
-                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+                f"{VALUE_SET}; BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
                 f"SET TRANSACTION SNAPSHOT '{exported}'"
             ),
             "fetchsize": str(read.fetch_size),

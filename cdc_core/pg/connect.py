@@ -22,6 +22,9 @@ VALUE_SETTINGS = {
     "lc_monetary": "C",
 }
 VALUE_OPTIONS = " ".join(f"-c {k}={v}" for k, v in VALUE_SETTINGS.items())
+VALUE_SET = "; ".join(f"SET {k} = '{v}'" for k, v in VALUE_SETTINGS.items())
+"""The same as statements, for a client that sends settings of its own after `options` (JDBC
+sends the JVM's TimeZone)."""
 
 
 def connect(
