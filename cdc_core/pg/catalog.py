@@ -308,15 +308,19 @@ def replication_usage(conn: Connection) -> ReplicationUsage:
     return ReplicationUsage(int(slots), int(senders))
 
 
-def _type_rows(conn: Connection, oids: set[int]) -> dict[int, tuple[str, str, int, int, int, str]]:
+def _type_rows(conn: Connection, oids: set[int]) -> dict[int, tuple[str, str, int, int, int, bool]]:
+    """(name, typtype, base type, its typmod, element, is an array) of each type. An array is
+    its element's array type: int2vector and oidvector also have an element and the array
+    category, but print their values apart by spaces, not as arrays."""
     rows = _rows(
         conn,
-        "SELECT oid::int, typname::text, typtype::text, typbasetype::int, typtypmod, typelem::int, "
-        "typcategory::text FROM pg_type WHERE oid = ANY(%s)",
+        "SELECT t.oid::int, t.typname::text, t.typtype::text, t.typbasetype::int, t.typtypmod, "
+        "t.typelem::int, coalesce(e.typarray = t.oid, false) "
+        "FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem WHERE t.oid = ANY(%s)",
         (list(oids),),
     )
     return {
-        int(r[0]): (str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5]), str(r[6])) for r in rows
+        int(r[0]): (str(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5]), bool(r[6])) for r in rows
     }
 
 
@@ -328,7 +332,7 @@ def resolve_types(
     A domain's own typmod (say numeric(10,2)) applies when the column has none; for an array
     the element's type is resolved the same way. A type the catalog no longer has reads as text.
     """
-    known: dict[int, tuple[str, str, int, int, int, str]] = {}
+    known: dict[int, tuple[str, str, int, int, int, bool]] = {}
     out = []
     for column_oid, column_modifier in columns:
         oid, modifier, is_array = column_oid, column_modifier, False
@@ -339,10 +343,10 @@ def resolve_types(
             if row is None:
                 out.append(("text", "b", -1, is_array))
                 break
-            name, kind, base, base_mod, element, category = row
+            name, kind, base, base_mod, element, array = row
             if kind == "d":
                 oid, modifier = base, modifier if modifier != -1 else base_mod
-            elif category == "A" and element and not is_array:
+            elif array and not is_array:
                 oid, is_array = element, True
             else:
                 out.append((name, kind, modifier, is_array))

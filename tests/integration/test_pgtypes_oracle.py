@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cdc_core.pg.catalog import resolve_types
 from cdc_core.pgtypes import ColumnType, SilverType, TypeModes, Unrepresentable, converter
 from cdc_core.pgtypes import silver_type as silver
 from cdc_core.pgtypes.containers import parse_array
@@ -131,12 +132,6 @@ def same(ours: object, theirs: object) -> bool:
 
 # --- the catalog helper: a column's ColumnType, resolved as the product must ----------
 
-TYPE_ROW = """
-SELECT t.typname, t.typtype, t.typbasetype, t.typtypmod, t.typelem,
-       t.typelem <> 0 AND e.typarray = t.oid AS is_array
-FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem WHERE t.oid = %s
-"""
-
 
 def one(
     conn: Connection, query: str, params: tuple[Any, ...] = (), *, binary: bool = False
@@ -147,21 +142,15 @@ def one(
 
 
 def column_type(conn: Connection, table: str, column: str = "v") -> ColumnType:
-    """Through domains (their typmod when the column has none), then arrays, then domains."""
+    """The product's reading of the catalog: through domains (their typmod when the column has
+    none), then arrays, then domains."""
     type_oid, typmod = one(
         conn,
         "SELECT atttypid, atttypmod FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
         (table, column),
     )
-    array = False
-    while True:
-        name, kind, base, base_typmod, element, is_array = one(conn, TYPE_ROW, (type_oid,))
-        if kind == "d":
-            type_oid, typmod = base, typmod if typmod != -1 else base_typmod
-        elif is_array and not array:
-            type_oid, array = element, True
-        else:
-            return ColumnType(name, kind, typmod, array)
+    ((name, kind, modifier, array),) = resolve_types(conn, [(int(type_oid), int(typmod))])
+    return ColumnType(name, kind, modifier, array)
 
 
 # --- cases -------------------------------------------------------------------------------
@@ -567,7 +556,8 @@ def test_converted_text_equals_the_servers_value(conn: Connection, case: Case) -
         ("numeric(12,2)[]", ColumnType("numeric", "b", ((12 << 16) | 2) + 4, True)),
         ("point", ColumnType("point", "b", -1, False)),
         ('"char"', ColumnType("char", "b", -1, False)),
-        ("int2vector", ColumnType("int2vector", "b", -1, False)),
+        ("int2vector", ColumnType("int2vector", "b", -1, False)),  # not an array of int2
+        ("oidvector", ColumnType("oidvector", "b", -1, False)),
         ("time(3)", ColumnType("time", "b", 3, False)),
         ("bit(1)", ColumnType("bit", "b", 1, False)),
         ("varchar(40)", ColumnType("varchar", "b", 44, False)),
