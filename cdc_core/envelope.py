@@ -220,6 +220,11 @@ def _change(
         if old_kind == "K":  # an old key: only the identity columns were sent
             identity = {c.name for c in rel.columns if c.in_identity}
             before = {k: v for k, v in before.items() if k in identity}
+            if after is not None and unchanged:  # a key column stored out of line and not
+                kept = [name for name in unchanged if name in before]  # changed: the server
+                for name in kept:  # sends the old key (PostgreSQL 15), which holds its value
+                    after[name] = before[name]
+                unchanged = [name for name in unchanged if name not in before]
         elif after is not None and unchanged:  # an old row (FULL) holds what was not resent
             for name in unchanged:
                 after[name] = before[name]

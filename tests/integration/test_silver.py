@@ -112,3 +112,34 @@ def test_truncate_empties_the_mirror_and_later_rows_survive(
         conn.execute("INSERT INTO t VALUES (2, 'later')")
     ingest(p)
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "t")) == 2
+
+
+def test_an_update_of_a_row_whose_key_is_toasted_is_not_a_key_change(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A key value stored out of line and left alone comes as `u` (unchanged) in the new row;
+    the server sends the old key with it, which holds the value. It is one update, not a
+    delete of the row and an insert of one keyed by the placeholder."""
+    dsn = pg.dsn(database)
+    table = TableName("public", "docs")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE docs (id text PRIMARY KEY, note text)")
+        conn.execute("ALTER TABLE docs ALTER COLUMN id SET STORAGE EXTERNAL")  # out of line
+    p = make_pipeline(tmp_path, dsn, [table.qualified])
+    assert p.ingest("--capture-only").returncode == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO docs SELECT repeat(chr(97 + g), 2400), 'first' "
+                     "FROM generate_series(0, 2) g")  # fmt: skip
+        toasted = conn.execute(
+            "SELECT pg_relation_size(reltoastrelid) > 0 FROM pg_class WHERE relname = 'docs'"
+        ).fetchone()
+        assert toasted == (True,), "the keys are stored out of line"
+        conn.execute("UPDATE docs SET note = 'second' WHERE id LIKE 'a%' OR id LIKE 'b%'")
+    ingest(p)
+    assert assert_mirror_equals_source(spark, p.lake, dsn, table) == 3
+    bronze = (
+        spark.read.format("delta")
+        .load(p.lake.bronze)
+        .where(F.col("source_table") == table.qualified)
+    )
+    assert sorted(r["op"] for r in bronze.select("op").collect()) == ["c", "c", "c", "u", "u"]
