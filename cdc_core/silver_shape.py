@@ -130,7 +130,7 @@ def table_shape(
             old = columns.get(c.name)
             applied = since is None or seen_at.get(c.name, 0) >= since  # its rows may be applied
             changed = old is not None and old.silver != new.silver
-            if old is not None and changed and (applied or widens(old.silver, new.silver)):
+            if old is not None and changed and (applied or _follows(old, new)):
                 new = _widened(f"{descriptor.schema}.{descriptor.table}", old, new)
             columns[c.name] = new
             seen_at[c.name] = lsn
@@ -141,8 +141,16 @@ def table_shape(
                       newest.replica_identity, typed, keyed_by)  # fmt: skip
 
 
+def _follows(old: SilverColumn, new: SilverColumn) -> bool:
+    """Whether the mirror's column can take `new`'s values in place, its rows kept as they are.
+    A time(0..3) held as int milliseconds that becomes time(4..6) in long microseconds widens
+    in Delta, but the rows already there would stay in milliseconds."""
+    time_unit_changes = old.pg.name == new.pg.name == "time" and old.silver.name != new.silver.name
+    return widens(old.silver, new.silver) and not time_unit_changes
+
+
 def _widened(table: str, old: SilverColumn, new: SilverColumn) -> SilverColumn:
-    if widens(old.silver, new.silver):
+    if _follows(old, new):
         return new
     raise SchemaChangeError(
         f"table {table}: column {old.name} changed type from {old.type_name} to "

@@ -4,6 +4,7 @@ mirror that started over still has to take."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,27 @@ def test_a_type_changed_and_reverted_before_the_mirror_started_over_is_the_newes
     assert [c.type_name for c in shape.columns] == ["integer", "bigint"]
     widened = [(100, _typed("int8")), (300, _typed("int8"))]  # no conflict: since changes nothing
     assert table_shape(widened, DEFAULT_MODES, since=250) == table_shape(widened, DEFAULT_MODES)
+
+
+def _timed(modifier: int) -> RelationDescriptor:
+    name = "time without time zone" if modifier < 0 else f"time({modifier}) without time zone"
+    columns = (
+        ColumnDescriptor("id", 23, -1, "integer", True, "int4"),
+        ColumnDescriptor("t", 1083, modifier, name, False, "time", base_modifier=modifier),
+    )
+    return RelationDescriptor(10, 0, "public", "t", ReplicaIdentity.DEFAULT, columns, ("id",))
+
+
+def test_a_time_whose_unit_changes_stops_the_mirror() -> None:
+    """time(3) is int milliseconds, time(6) long microseconds (adaptive, Debezium's default):
+    Delta widens int to long, but the rows already mirrored would stay in milliseconds."""
+    for after in (6, -1):
+        history = [(100, _timed(3)), (200, _timed(after))]
+        with pytest.raises(SchemaChangeError, match=r"column t changed type from time\(3\) "
+                           r"without time zone to time.* \(int -> long\)"):  # fmt: skip
+            table_shape(history, DEFAULT_MODES)
+    same_unit = [(100, _timed(4)), (200, _timed(6)), (300, _timed(-1))]
+    assert [c.silver.name for c in table_shape(same_unit, DEFAULT_MODES).columns] == ["int", "long"]
+    micros = dataclasses.replace(DEFAULT_MODES, time_precision="adaptive_time_microseconds")
+    history = [(100, _timed(3)), (200, _timed(6))]  # long microseconds either way
+    assert table_shape(history, micros).columns[1].silver.name == "long"
