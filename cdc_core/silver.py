@@ -32,6 +32,7 @@ from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reader import RESET_PREFIX
 from cdc_core.silver_batch import (
     after_position,
+    key_refusal,
     keyed_source,
     multiset_source,
     parsed,
@@ -150,6 +151,11 @@ def apply_silver(
             result = apply_table(session, lake, table, settings, frontier=frontier)
         except SchemaChangeError as e:
             result = TableResult(table.qualified, 0, str(e))
+        except Exception as e:  # a key value silver cannot hold, found on an executor
+            refused = key_refusal(e)
+            if refused is None:
+                raise
+            result = TableResult(table.qualified, 0, refused)
         faults.point("silver.after_merge")
         return result
 

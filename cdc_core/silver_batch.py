@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
 from cdc_core.silver_fast import fast_value
-from cdc_core.silver_shape import TableShape, arrow_type, spark_type
+from cdc_core.silver_shape import TableShape, arrow_type, describe, spark_type
 from cdc_core.silver_table import quoted
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
@@ -233,6 +233,7 @@ def _convert_batches(
 ) -> Iterator[pa.RecordBatch]:
     converters = [(c.name, converter(c.pg, modes)) for c in shape.columns]
     by_name = dict(converters)
+    key = frozenset(shape.key)
     target = pa.schema([pa.field(f.name, arrow_type(f.dataType)) for f in schema.fields])
     for batch in batches:
         rows = batch.to_pylist()
@@ -244,7 +245,10 @@ def _convert_batches(
                 out[name].append(_value(convert, values.get(name), name, raw))
             old_key = row.get("_old_key") or {}
             for k in shape.key:
-                out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, {}))
+                old_raw: dict[str, str] = {}
+                out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, old_raw))
+                for name, text in [*old_raw.items(), *((n, raw[n]) for n in key & raw.keys())]:
+                    raise ValueError(unrepresentable_key(shape, name, text))
             out["_cdc_raw"].append(list(raw.items()))
             for name, column in out.items():
                 if name in row and name not in ("_values", "_old_key"):
@@ -252,6 +256,32 @@ def _convert_batches(
         yield pa.RecordBatch.from_arrays(
             [_array(out[f.name], f.type) for f in target], schema=target
         )
+
+
+_KEY_REFUSED = "cdc-lake refuses the key: "
+
+
+def unrepresentable_key(shape: TableShape, name: str, text: str) -> str:
+    """Why a key value its silver type cannot hold stops the mirror: NULL there, the row would
+    match no other change of it (an update would add a row, a delete remove nothing)."""
+    column = next(c for c in shape.columns if c.name == name)
+    return (
+        f"{_KEY_REFUSED}table {shape.qualified}: key column {name} holds {text[:200]!r}, which "
+        f"its silver type ({describe(column.silver)}) cannot hold, so its changes could not be "
+        "matched by key. The mirror stops here; other tables go on. To move on, key the table "
+        "by columns whose values silver holds (message.key.columns), or choose a mode that "
+        "keeps the column's text, or leave the table out"
+    )
+
+
+def key_refusal(error: BaseException) -> str | None:
+    """The message of an `unrepresentable_key` refusal raised on an executor, if `error` is one
+    (Spark wraps it in a Python worker's traceback)."""
+    text = str(error)
+    at = text.find(_KEY_REFUSED)
+    if at < 0:
+        return None
+    return text[at + len(_KEY_REFUSED) :].splitlines()[0]
 
 
 def _value(convert: object, text: str | None, name: str, raw: dict[str, str]) -> object:

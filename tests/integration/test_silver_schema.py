@@ -98,3 +98,33 @@ def test_a_table_without_key_is_mirrored_as_a_multiset(
     sql(dsn, "DELETE FROM bag WHERE a = 1", "INSERT INTO bag VALUES (2, 'y')")
     assert p.ingest().returncode == 0
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "bag")) == 3
+
+
+def test_a_key_value_silver_cannot_hold_stops_only_its_table(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A date key of 'infinity' is NULL in silver: it would match no later change of its row
+    (an update would add a row, a delete remove nothing). The mirror stops instead, naming the
+    table, the column, the value and the ways out; the other tables go on."""
+    dsn = pg.dsn(database)
+    periods = TableName("public", "periods")
+    sql(dsn, "CREATE TABLE periods (id int, valid_to date, note text, PRIMARY KEY (id, valid_to))",
+        "CREATE TABLE t2 (id int PRIMARY KEY, x text)")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, [periods.qualified, T2.qualified])
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO periods VALUES (1, '2024-01-01', 'closed')",
+        "INSERT INTO t2 VALUES (1, 'a')")  # fmt: skip
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, periods) == 1
+    sql(dsn, "INSERT INTO periods VALUES (1, 'infinity', 'open')",
+        "UPDATE t2 SET x = 'b' WHERE id = 1")  # fmt: skip
+    run = p.ingest()
+    assert run.returncode == 1
+    error = run.stderr.strip().splitlines()[-1]
+    assert ("table public.periods: key column valid_to holds 'infinity', which its silver type "
+            "(date) cannot hold") in error  # fmt: skip
+    assert "message.key.columns" in error
+    assert assert_mirror_equals_source(spark, p.lake, dsn, T2) == 1  # the other table went on
+    mirror = spark.read.format("delta").load(p.lake.silver(periods))
+    assert [(r["id"], str(r["valid_to"])) for r in mirror.collect()] == [(1, "2024-01-01")]
