@@ -130,6 +130,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     from cdc_core.pg.connect import connect
     from cdc_core.snapshot import condition_problem
     from cdc_core.start import request_snapshot
+    from cdc_core.state import check_owner
 
     config = load_pipeline(args.pipeline, args.env)
     tables = config.pipeline.source.tables
@@ -146,8 +147,10 @@ def _snapshot(args: argparse.Namespace) -> int:
             problem = condition_problem(conn, table, args.where)
         if problem:
             raise UsageError(f"cdc snapshot: {problem}")
+    lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+    check_owner(lake, config.pipeline.name)
     path = request_snapshot(
-        Lake.of(config.pipeline.target.root, config.env.spark.conf),
+        lake,
         table,
         args.where,
         args.blocking,

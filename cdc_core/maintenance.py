@@ -53,7 +53,7 @@ from cdc_core.silver_batch import after_position
 from cdc_core.silver_table import sql_name
 from cdc_core.spark import build_spark
 from cdc_core.stager import staged_files
-from cdc_core.state import record_pruned
+from cdc_core.state import check_owner, record_pruned
 from cdc_core.storage import Location, is_local
 
 log = logging.getLogger("cdc_core.maintenance")
@@ -164,6 +164,7 @@ def maintain(config: Config) -> MaintenanceSummary:
     lock: Delta's S3 log store is safe for one writing process only, so maintenance waits for
     ingest to finish (exit 75 while it runs) rather than racing its commits."""
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+    check_owner(lake, config.pipeline.name)
     if is_local(lake.state):
         return _maintain(config, lake)
     with run_lock(lake, config.pipeline.name):

@@ -44,6 +44,7 @@ from cdc_core.pg.doctor import Check, run_doctor
 from cdc_core.pg.slot import autoset_replica_identity
 from cdc_core.run_lock import run_lock
 from cdc_core.start import start
+from cdc_core.state import check_owner
 from cdc_core.transient import transient_failures
 
 log = logging.getLogger("cdc_core.pipeline")
@@ -98,6 +99,7 @@ def run(config: Config, options: RunOptions) -> RunSummary:
     when another run of the pipeline is under way."""
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     with run_lock(lake, config.pipeline.name):  # held to the end, released even on failure
+        check_owner(lake, config.pipeline.name, claim=True)
         return _run(config, lake, options)
 
 

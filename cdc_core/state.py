@@ -43,6 +43,30 @@ def stream_file(lake: Lake) -> Location:
     return lake.state / "stream.json"
 
 
+def owner_file(lake: Lake) -> Location:
+    """The pipeline whose lake this is (`{"pipeline": name}`), written by its first run."""
+    return lake.state / "pipeline.json"
+
+
+def check_owner(lake: Lake, pipeline: str, *, claim: bool = False) -> None:
+    """Stop a pipeline that is not the one whose lake is at this root: two pipelines sharing a
+    root would share their staged files, positions and mirrors. `claim`: a lake no pipeline
+    owns yet becomes this one's (ingest, under the run lock)."""
+    stored = read_json(owner_file(lake))
+    owner = stored.get("pipeline") if isinstance(stored, dict) else None
+    if owner is None:
+        if claim:
+            write_json(owner_file(lake), {"pipeline": pipeline})
+        return
+    if owner != pipeline:
+        raise TerminalError(
+            f"target.root {lake.root} holds the lake of pipeline {owner!r}, not {pipeline!r}: "
+            "two pipelines cannot share a root (their staged changes, positions and mirrors "
+            f"would mix); give {pipeline!r} a root of its own. If it is {owner!r} renamed, "
+            f"delete {owner_file(lake)} and run it again"
+        )
+
+
 def record_confirmed(lake: Lake, slot: str, position: Lsn) -> None:
     """Record the position about to be confirmed to `slot` (before confirming it). The record
     never moves back for the same slot: the slot may already be confirmed up to it (a run

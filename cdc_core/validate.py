@@ -45,7 +45,7 @@ from cdc_core.silver_batch import after_position
 from cdc_core.silver_shape import SilverColumn, TableShape, column_type, table_shape
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import relations_of
-from cdc_core.state import schema_history
+from cdc_core.state import check_owner, schema_history
 from cdc_core.validate_encoding import pg_form, text_steps
 from cdc_core.validate_pg import (
     Conn,
@@ -151,6 +151,7 @@ def validate(config: Config, spark: SparkSession, options: Options) -> Report:
     started = time.monotonic()
     pipeline = config.pipeline
     lake = Lake.of(pipeline.target.root, config.env.spark.conf)
+    check_owner(lake, pipeline.name)
     report = Report(pipeline.name, config.env_name, pipeline.target.root)
     runs = [_Run(t, TableReport(t.qualified)) for t in options.tables or pipeline.source.tables]
     for run in runs:

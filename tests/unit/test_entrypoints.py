@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -144,3 +145,29 @@ def test_seconds_that_are_not_finite_exit_2(home: Path, value: str) -> None:
     proc = run([*CDC, "workload", "--dsn", "x", "--duration", "1", "--rate", value], home)
     assert proc.returncode == 2
     assert f"argument --rate: {value!r} is not a finite number" in proc.stderr
+
+
+def test_two_pipelines_cannot_share_a_root(home: Path) -> None:
+    """The first run claims the root for its pipeline (`_state/pipeline.json`); another
+    pipeline pointed at it stops before anything of the lake is touched, ingest, a snapshot
+    request or maintenance alike, naming both pipelines and the way out."""
+    (home / "pipelines" / "other.yaml").write_text(GOOD.replace("name: orders", "name: other"))
+    proc = run([INGEST, "--pipeline", "orders"], home)  # claims, then cannot reach the source
+    assert proc.returncode == 75, proc.stderr
+    owner = home / "lake" / "orders" / "_state" / "pipeline.json"
+    assert json.loads(owner.read_text()) == {"pipeline": "orders"}
+    for args in (
+        [INGEST, "--pipeline", "other"],
+        [*CDC, "snapshot", "--pipeline", "other", "--table", "public.orders"],
+        [str(ROOT / "jobs" / "maintain.py"), "--pipeline", "other"],
+    ):
+        proc = run(args, home)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"error: target.root {home}/lake/orders holds the lake of pipeline 'orders', not "
+            "'other': two pipelines cannot share a root (their staged changes, positions and "
+            "mirrors would mix); give 'other' a root of its own. If it is 'orders' renamed, "
+            f"delete {owner} and run it again"
+        )
+    assert not (home / "lake" / "orders" / "_state" / "snapshots").exists()
+    assert run([INGEST, "--pipeline", "orders"], home).returncode == 75  # its own root: on
