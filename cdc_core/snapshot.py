@@ -9,6 +9,7 @@ snapshot did not find are swept from the mirror: the source no longer has them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -24,7 +25,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg import pgoutput as po
 from cdc_core.pg.catalog import describe_relation, table_info
-from cdc_core.snapshot_plan import ChunkPlan, plan_chunks
+from cdc_core.snapshot_plan import Chunk, ChunkPlan, plan_chunks
 from cdc_core.state import read_json, snapshots_dir, write_json
 
 log = logging.getLogger("cdc_core.snapshot")
@@ -136,6 +137,8 @@ def plan_job(
         key = [surrogate_key] if surrogate_key else None
         plan = plan_chunks(conn, table, key=key, chunk_size=chunk_size)
         columns = _columns(conn, table)
+        if condition and kind == "blocking" and not plan.key:  # a query's rows have no ctid:
+            plan = dataclasses.replace(plan, chunks=(Chunk(0, None, None),))  # one chunk
         part = TableSnapshot(table, plan, columns)
         if condition and kind == "blocking":
             part.select = condition

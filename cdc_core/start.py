@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
 from cdc_core.config import Config
 from cdc_core.drift import Drift, catalog_entries, drifts
@@ -298,7 +299,14 @@ def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
         request = read_json(path)
         table = TableName.parse(str(request["table"]))
         kind = "blocking" if request.get("blocking") else "incremental"
-        conditions = {table: str(request["where"])} if request.get("where") else None
+        where = str(request["where"]) if request.get("where") else None
+        if where is not None and kind == "blocking":  # a blocking snapshot's filter is a query
+            query = sql.SQL("SELECT * FROM {} WHERE ({})").format(
+                sql.Identifier(table.schema, table.name),
+                sql.SQL(where),
+            )
+            where = query.as_string(conn)
+        conditions = {table: where} if where is not None else None
         if conditions is None:
             _rebuild_if_dropped(conn, lake, table)
         job = plan_job(conn, kind, "cdc snapshot", [table], conditions=conditions,  # type: ignore[arg-type]

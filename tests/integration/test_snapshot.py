@@ -476,3 +476,39 @@ def test_new_table_and_blocking_signal_read_only_what_they_name(
     assert {r[0] for r in blocking_reads.select("source.snapshot").distinct().collect()} == {"true"}
     for t in SHOP[:2]:
         assert_mirror_equals_source(spark, p.lake, dsn, t)
+
+
+def test_a_blocking_snapshot_command_with_where_reads_the_rows_it_names(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """`cdc snapshot --blocking --where COND`: the condition becomes the query a blocking
+    snapshot reads (it was planned as a query of its own: `FROM (COND) AS ...`, invalid SQL),
+    and a table without a key, read by a query, is one chunk (a query's rows have no ctid)."""
+    dsn = pg.dsn(database)
+    notes = TableName("public", "Field Notes")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute('CREATE TABLE "Field Notes" (v int, note text)')
+        conn.execute('ALTER TABLE "Field Notes" REPLICA IDENTITY FULL')
+        conn.execute("""INSERT INTO "Field Notes" SELECT g % 150, 'n' || g
+                        FROM generate_series(1, 600) g""")  # fmt: skip
+        conn.execute('ANALYZE "Field Notes"')  # the plan's estimate: several ctid chunks
+    p = make_pipeline(tmp_path, dsn, [str(notes)], snapshot="initial",
+                      snapshot_extra="chunk.size: 100\n")  # fmt: skip
+    ingest(p)
+    assert len(only_job(p).tables[0].plan.chunks) > 1
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the mirror drifts from its source
+        conn.execute("""INSERT INTO "Field Notes" VALUES (7, 'extra'), (140, 'extra')""")
+    requested = p.cdc("snapshot", "--pipeline", "p", "--table", str(notes), "--blocking",
+                      "--where", "v < 10")  # fmt: skip
+    assert requested.returncode == 0, requested.stderr
+    ingest(p)
+    job = next(j for j in load_jobs(p.lake) if j.origin == "cdc snapshot")
+    assert job.kind == "blocking"
+    assert job.finished
+    assert [len(t.plan.chunks) for t in job.tables] == [1]
+    reads = (
+        spark.read.format("delta")
+        .load(p.lake.bronze)
+        .where(F.col("staged_file").startswith(f"snapshot:{job.id}"))
+    )
+    assert reads.count() == 41  # v 0..9: 4 rows each, and the new (7, 'extra')
