@@ -63,16 +63,20 @@ class Freshness:
         return cls(p50, p99, pc.max(lag).as_py(), newest)
 
 
-def freshness(staged: Sequence[Location], visible_us: int) -> Freshness:
-    """Freshness of the changes in `staged` files, all visible in silver at `visible_us`."""
-    if not staged:
-        return Freshness()
+def commit_times(staged: Sequence[Location]) -> pa.Array:
+    """The commit times of the changes in `staged` files, for their freshness once silver shows
+    them (`Freshness.of`). Read before bronze takes the files: maintenance removes a staged file
+    bronze holds, at any time; a file already gone is left out, with a warning."""
     columns = []
     for p in staged:
         where, fs = arrow(p)
-        columns.append(pq.read_table(where, columns=["commit_time_us"], filesystem=fs))
-    times = pa.chunked_array([c["commit_time_us"] for c in columns]).combine_chunks()
-    return Freshness.of(times, visible_us)
+        try:
+            table = pq.read_table(where, columns=["commit_time_us"], filesystem=fs)
+        except FileNotFoundError:
+            log.warning("freshness leaves out %s: it was removed (maintenance)", p)
+            continue
+        columns.append(table["commit_time_us"])
+    return pa.chunked_array(columns, pa.int64()).combine_chunks()
 
 
 @dataclass

@@ -29,9 +29,10 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import (
+    Freshness,
     Totals,
+    commit_times,
     flush_metrics_table,
-    freshness,
     iso,
     last_batch,
     metrics_table_age,
@@ -273,6 +274,7 @@ def batch(
         heartbeat(config, lake)
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
+    times = commit_times([lake.changes / str(f) for f in captured.files] if captured else [])
     if mirrors is None:
         from cdc_core.silver import CaughtUp
 
@@ -296,8 +298,9 @@ def batch(
                          time.monotonic() - started, read, tuple(finished))  # fmt: skip
     retained_wal = _check_retained_wal(config) if streaming else None
     faults.point("batch.before_record")
-    record = _record(lake, summary, totals, started_us, visible_us, snapshots=bool(begun.jobs),
-                     retained_wal=retained_wal)  # fmt: skip
+    fresh = Freshness.of(times, visible_us)
+    record = _record(lake, summary, totals, fresh, started_us=started_us, visible_us=visible_us,
+                     snapshots=bool(begun.jobs), retained_wal=retained_wal)  # fmt: skip
     write_prometheus(lake, record)
     capture_settings = config.pipeline.capture
     if _metrics_table_due(lake, totals, capture_settings.metrics_table_interval_s):
@@ -336,12 +339,11 @@ def _check_retained_wal(config: Config) -> int | None:
 
 
 def _record(
-    lake: Lake, summary: RunSummary, totals: Totals, started_us: int, visible_us: int, *,
-    snapshots: bool, retained_wal: int | None,
+    lake: Lake, summary: RunSummary, totals: Totals, fresh: Freshness, *, started_us: int,
+    visible_us: int, snapshots: bool, retained_wal: int | None,
 ) -> dict[str, Any]:  # fmt: skip
     captured = summary.capture
     files = captured.files if captured else ()
-    fresh = freshness([lake.changes / str(f) for f in files], visible_us)
     changes = captured.changes if captured else 0
     transactions = captured.transactions if captured else 0
     totals.batches += 1

@@ -46,6 +46,7 @@ from cdc_core.silver_shape import SilverColumn, TableShape, column_type, table_s
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import relations_of
 from cdc_core.state import check_owner, schema_history
+from cdc_core.storage import Location
 from cdc_core.validate_encoding import pg_form, text_steps
 from cdc_core.validate_pg import (
     Conn,
@@ -353,8 +354,7 @@ def _pending_work(spark: SparkSession, lake: Lake, run: _Run) -> list[str]:
             reasons.append(f"{waiting} changes in bronze not yet merged into silver")
     staged = [
         f for f in pending_files(spark, lake)
-        if any(f"{d.schema}.{d.table}" == qualified
-               for d in relations_of(lake.changes / str(f)).values())
+        if any(f"{d.schema}.{d.table}" == qualified for d in _relations(lake.changes / str(f)))
     ]  # fmt: skip
     if staged:
         reasons.append(f"{len(staged)} staged change files not yet in bronze")
@@ -362,6 +362,15 @@ def _pending_work(spark: SparkSession, lake: Lake, run: _Run) -> list[str]:
         if not job.stopped and any(p.table == run.table and not p.done for p in job.tables):
             reasons.append(f"snapshot {job.id} of the table not finished")
     return reasons
+
+
+def _relations(staged: Location) -> list[RelationDescriptor]:
+    """The tables of a staged file; none when the file is gone: ingest put it in bronze and
+    maintenance removed it since it was listed as pending."""
+    try:
+        return list(relations_of(staged).values())
+    except FileNotFoundError:
+        return []
 
 
 def _suites(config: Config, runs: list[_Run]) -> list[tuple[_Run, Suite]]:

@@ -140,3 +140,21 @@ def test_the_newest_batch_line_always_stays(tmp_path: Path) -> None:
     assert prune_batch_lines(lake, 3, 7, now_s=NOW) == 0
     record_batch(lake, line(4, 0))
     assert [r["batch"] for r in batch_lines_after(lake, 0)] == [3, 4]
+
+
+def test_commit_times_leave_out_a_staged_file_maintenance_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Maintenance removes staged files bronze holds, next to a running ingest: a batch's
+    freshness is computed from the files it can still read instead of failing the batch (the
+    times are read before bronze takes the files, so this is only the fallback)."""
+    import pyarrow.parquet as pq
+
+    kept, gone = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"commit_time_us": pa.array([1_000_000, 3_000_000], pa.int64())}), kept)
+    times = metrics.commit_times([kept, gone])
+    assert times.to_pylist() == [1_000_000, 3_000_000]
+    assert f"freshness leaves out {gone}: it was removed" in caplog.text
+    fresh = metrics.Freshness.of(times, 5_000_000)
+    assert (fresh.max_s, fresh.newest_s) == (4.0, 2.0)
+    assert metrics.Freshness.of(metrics.commit_times([]), 5_000_000) == metrics.Freshness()
