@@ -47,6 +47,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import HISTORY_DEPTH, committing, read_watermark, watermark_depth
 from cdc_core.lsn import Lsn
+from cdc_core.reader import RESET_PREFIX
 from cdc_core.run_lock import run_lock
 from cdc_core.silver import WATERMARK as SILVER_WATERMARK
 from cdc_core.silver_batch import after_position
@@ -335,12 +336,18 @@ def note_pruned(lake: Lake, rows: DataFrame) -> None:
 
 def retention_condition(merged: Mapping[str, tuple[int, int]], cutoff_ms: int) -> Column:
     """Bronze rows committed before `cutoff_ms` that nothing still needs: a table's rows at or
-    before its silver position, and logical decoding messages (nothing merges them). Rows of
-    other tables, and rows with a missing position or time (NULL), never match."""
+    before its silver position (its reset markers too: silver applies them as a TRUNCATE), and
+    the other logical decoding messages (nothing merges them). Rows of other tables, and rows
+    with a missing position or time (NULL), never match."""
     committed = F.coalesce(F.col("source.ts_ms"), F.col("ts_ms"))
-    done = F.col("source_table") == F.lit(MESSAGES_TABLE)
+    message = F.col("source_table") == F.lit(MESSAGES_TABLE)
+    reset = message & (F.col("message.prefix") == F.lit(RESET_PREFIX))  # silver applies these
+    done = message & ~reset
     for table, (lsn, seq) in merged.items():
-        done = done | ((F.col("source_table") == F.lit(table)) & ~after_position(lsn, seq))
+        own = (F.col("source_table") == F.lit(table)) | (
+            reset & (F.col("message.content") == F.lit(table.encode()))
+        )  # a table's reset marker is one of its rows: kept until its mirror has merged it
+        done = done | (own & ~after_position(lsn, seq))
     return (committed < F.lit(cutoff_ms)) & done
 
 
