@@ -75,10 +75,11 @@ def catch_up(config: Config, lake: Lake, position: Lsn) -> CaptureSummary:
 
     A small transaction holding a logical message (the read's high watermark, which the reader
     drops) is committed first, synchronously: the WAL is then flushed past `position`, so the
-    capture that follows reaches it even on an idle server.
+    capture that follows reaches it even on an idle server. `local`: a synchronous standby that
+    is slow or gone does not hold the read up (the flush is all it needs).
     """
     with connect(config.pipeline.source.dsn) as conn:
-        conn.execute("SET synchronous_commit = on")
+        conn.execute("SET synchronous_commit = local")  # flushed here, no standby waited for
         conn.execute(
             "SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, str(position))
         )
@@ -106,7 +107,7 @@ def heartbeat(config: Config, lake: Lake, *, now_ms: int | None = None) -> bool:
                     f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
                 ) from e
         with conn.transaction():  # committed and flushed: within the WAL this run reads
-            conn.execute("SET LOCAL synchronous_commit = on")
+            conn.execute("SET LOCAL synchronous_commit = local")
             conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, %s)",
                 (HEARTBEAT_PREFIX, json.dumps({"ts_ms": now_ms})),

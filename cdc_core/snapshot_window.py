@@ -2,7 +2,8 @@
 
 A read takes its MVCC snapshot between two WAL positions: `before` (the low watermark) and
 `position` (the high watermark, the read's place in the stream). A transaction the snapshot did
-not see committed after `before`; one that commits before `position` comes earlier in the
+not see committed after `before` (except one still waiting, commit written, to become visible:
+see `snapshot_read._take_snapshot`); one that commits before `position` comes earlier in the
 stream than the read, so the read's row for a key it changed is stale there. Once the stream is
 staged past `position`, those transactions are known: a key one of them deleted is dropped from
 the read, a key they only updated gets their values on top of the read's (a value an update did
