@@ -244,11 +244,12 @@ def _convert_batches(
             for name, convert in converters:
                 out[name].append(_value(convert, values.get(name), name, raw))
             old_key = row.get("_old_key") or {}
+            old_raw: dict[str, str] = {}
             for k in shape.key:
-                old_raw: dict[str, str] = {}
                 out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, old_raw))
-                for name, text in [*old_raw.items(), *((n, raw[n]) for n in key & raw.keys())]:
-                    raise ValueError(unrepresentable_key(shape, name, text))
+            held = [(n, raw[n]) for n in key & raw.keys()] + list(old_raw.items())
+            if held:  # a key silver cannot hold: the row could not be matched by it
+                raise ValueError(unrepresentable_key(shape, *held[0]))
             out["_cdc_raw"].append(list(raw.items()))
             for name, column in out.items():
                 if name in row and name not in ("_values", "_old_key"):
