@@ -32,10 +32,11 @@ from cdc_core.pg.slot import (
     ensure_publication,
     ensure_slot,
     flush_position,
+    next_xid,
     slot_state,
 )
 from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budget
-from cdc_core.stager import Limits, StagedFile, Stager
+from cdc_core.stager import Limits, StagedFile, Stager, XidFloor
 from cdc_core.state import heartbeat_file, read_json, record_confirmed, write_json
 from cdc_core.transient import transient_failures
 
@@ -127,6 +128,8 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
         )
         ensure_slot(conn, source.slot)
         end = flush_position(conn)
+        xid = next_xid(conn)  # taken after `end`: see XidFloor
+        floor = None if xid is None else XidFloor(end, xid)
         database = catalog.current_database(conn).name
     settings = config.pipeline.capture
     limits = Limits(
@@ -142,6 +145,7 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
         limits=limits,
         compression=settings.compression,
         source=context,
+        floor=floor,
     )
     stager.recover()
     counts = [0, 0]

@@ -194,13 +194,9 @@ def _take_snapshot(
 ) -> tuple[str, str]:
     """Open the read's transaction, lock `table` and export the snapshot; (the low watermark,
     the snapshot's name). The low watermark is the flush position: a commit written but not yet
-    flushed (not yet visible) is inside the window.
-
-    Known gap: PostgreSQL writes a commit to the WAL, and logical decoding sends it once it is
-    flushed, before the transaction leaves the running list other snapshots see; with
-    synchronous replication it waits there for a standby. A snapshot taken then misses a
-    transaction committed before the low watermark, outside the window, and its row can undo
-    that transaction in silver (tests/integration/test_snapshot_visibility.py)."""
+    flushed (not yet visible) is inside the window. A commit flushed but not yet visible (with
+    synchronous replication it waits for a standby) is before it: `snapshot_window` finds such
+    a transaction by its id, which the snapshot has in its running list."""
     before = _one(conn, "SELECT pg_current_wal_flush_lsn()::text")
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     conn.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")

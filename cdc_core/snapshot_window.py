@@ -2,9 +2,14 @@
 
 A read takes its MVCC snapshot between two WAL positions: `before` (the low watermark) and
 `position` (the high watermark, the read's place in the stream). A transaction the snapshot did
-not see committed after `before` (except one still waiting, commit written, to become visible:
-see `snapshot_read._take_snapshot`); one that commits before `position` comes earlier in the
-stream than the read, so the read's row for a key it changed is stale there. Once the stream is
+not see commits after `before`, or it is one the snapshot still had running though its commit
+was already flushed: PostgreSQL writes and flushes a commit, and logical decoding sends it,
+before the transaction leaves the running list snapshots see (with synchronous replication it
+waits there for a standby). Either comes earlier in the stream than the read when it commits
+before `position`, so the read's row for a key it changed is stale there. The first kind is
+found in the window [`before`, `position`); the second by its id (the snapshot's running list)
+among the files staged before `before`, searched back until each id is ruled out by a
+capture's `XidFloor`. Once the stream is
 staged past `position`, those transactions are known: a key one of them deleted is dropped from
 the read, a key they only updated gets their values on top of the read's (a value an update did
 not resend, an unchanged TOASTed one, stays the read's: the update did not change it), and a
@@ -28,7 +33,7 @@ from cdc_core.envelope import envelopes
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.stager import StagedFile, staged_files
+from cdc_core.stager import StagedFile, XidFloor, read_metadata, staged_files
 from cdc_core.storage import arrow
 
 _XID_SPAN = 1 << 32
@@ -112,32 +117,62 @@ def overtaken(lake: Lake, table: TableName, key: Sequence[str], view: ReadView) 
     out = Overtaken()
     if not key:
         return out  # no key to match rows by: silver orders a keyless read by visibility
-    for staged in staged_files(lake.changes):
+    files = staged_files(lake.changes)
+    window = [("commit_lsn", ">=", view.before.value), ("commit_lsn", "<", view.position.value)]
+    changes = _committed_unseen(lake, files, table, view)
+    for staged in files:
         if staged.end <= view.before or staged.start >= view.position:
             continue
-        for row in _window_changes(lake, staged, table, view):
-            txid = row["source"]["txId"]
-            if txid is not None and not view.sees(int(txid)):
-                out.apply(row)
+        changes += _changes(lake, staged, table, window)
+    for row in changes:  # in stream order: the unseen commits before `before` come first
+        txid = row["source"]["txId"]
+        if txid is not None and not view.sees(int(txid)):
+            out.apply(row)
     return out
 
 
-def _window_changes(
-    lake: Lake, staged: StagedFile, table: TableName, view: ReadView
+def _committed_unseen(
+    lake: Lake, files: Sequence[StagedFile], table: TableName, view: ReadView
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Envelopes of `table`'s changes committed inside the window, in stream order."""
+    """Envelopes of `table`'s changes by transactions the read's snapshot had running though
+    their commits are before `before`, in stream order. Files are searched from `before` back,
+    each file's floor ruling out the ids it can (`XidFloor`), until none is left: usually the
+    newest file before `before` rules out all of them at once. A file staged before floors
+    were recorded rules out none, and the search goes on through older files."""
+    running = set(view.xip)
+    floors: list[XidFloor] = []
+    found: list[dict[str, Any]] = []
+    for staged in reversed([f for f in files if f.start < view.before]):
+        floor = XidFloor.of(read_metadata(lake.changes / str(staged)))
+        floors += [floor] if floor is not None else []
+        running = {x for x in running if not any(
+            staged.end <= f.lsn and not _precedes(x, f.xid) for f in floors
+        )}  # fmt: skip
+        if not running:
+            break
+        where = [("commit_lsn", "<", view.before.value), ("xid", "in", sorted(running))]
+        path, fs = arrow(lake.changes / str(staged))
+        ids = set(
+            pq.read_table(path, columns=["xid"], filters=where, filesystem=fs)["xid"].to_pylist()
+        )
+        if ids:
+            running -= ids  # a file holds whole transactions
+            where = [("commit_lsn", "<", view.before.value), ("xid", "in", sorted(ids))]
+            found = _changes(lake, staged, table, where) + found
+    return found
+
+
+def _changes(
+    lake: Lake, staged: StagedFile, table: TableName, where: list[tuple[str, str, Any]]
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Envelopes of `table`'s changes in one staged file that match `where`, in stream order."""
     ctx = staged_context(lake, staged)
     oids = sorted({oid for (oid, _), rel in ctx.relations.items()
                    if (rel.schema, rel.table) == (table.schema, table.name)})  # fmt: skip
     if not oids:
         return []
-    window = [
-        ("commit_lsn", ">=", view.before.value),
-        ("commit_lsn", "<", view.position.value),
-        ("relation_oid", "in", oids),
-    ]
-    where, fs = arrow(lake.changes / str(staged))
-    rows = pq.read_table(where, filters=window, filesystem=fs)
+    path, fs = arrow(lake.changes / str(staged))
+    rows = pq.read_table(path, filters=[*where, ("relation_oid", "in", oids)], filesystem=fs)
     if not rows.num_rows:
         return []
     rows = rows.append_column("_file", pa.array([str(staged)] * rows.num_rows, pa.string()))

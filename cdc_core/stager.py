@@ -79,6 +79,30 @@ class StagedFile:
         return self.id + self.SUFFIX
 
 
+@dataclass(frozen=True)
+class XidFloor:
+    """What a capture saw before reading the slot: the WAL flush position `lsn`, then a
+    transaction id `xid` (32-bit) given out after it. A transaction with an id from `xid` on got
+    it after `lsn` was written, so it commits after `lsn`: no file ending at or before `lsn`
+    holds it."""
+
+    lsn: Lsn
+    xid: int
+
+    KEY = "xid_floor"
+
+    def to_json(self) -> dict[str, object]:
+        return {"lsn": str(self.lsn), "xid": self.xid}
+
+    @classmethod
+    def of(cls, metadata: Mapping[str, object]) -> XidFloor | None:
+        """A staged file's floor; None for a file staged before floors were recorded."""
+        raw = metadata.get(cls.KEY)
+        if not isinstance(raw, dict):
+            return None
+        return cls(Lsn.parse(str(raw["lsn"])), int(raw["xid"]) % (1 << 32))
+
+
 def staged_files(folder: Location) -> list[StagedFile]:
     """Every published file, in LSN order."""
     if not folder.is_dir():
@@ -162,9 +186,11 @@ class Stager:
         limits: Limits = Limits(),
         compression: str = "zstd",
         source: Mapping[str, str] | None = None,
+        floor: XidFloor | None = None,
     ) -> None:
         self.folder, self.tmp = folder, tmp
         self.source = dict(source or {})  # database, pipeline, slot: recorded in each footer
+        self.floor = floor  # recorded in each footer: where a snapshot read's search ends
         self.limits = limits
         self.compression = compression
         self.relations: dict[tuple[int, int], RelationDescriptor] = {}
@@ -307,7 +333,7 @@ class Stager:
         return staged
 
     def _metadata(self, staged: StagedFile) -> dict[str, object]:
-        return {
+        data = {
             "format": FORMAT_VERSION,
             "start_lsn": str(staged.start),
             "end_lsn": str(staged.end),
@@ -317,6 +343,9 @@ class Stager:
             "source": self.source,
             "relations": [self.relations[k].to_json() for k in self._referenced()],
         }
+        if self.floor is not None:
+            data[XidFloor.KEY] = self.floor.to_json()
+        return data
 
     def _referenced(self) -> list[tuple[int, int]]:
         """(oid, version) of every relation the open file's rows use (messages use none)."""

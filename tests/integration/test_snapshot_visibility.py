@@ -59,13 +59,6 @@ def _waiting_commit(dsn: str) -> tuple[threading.Thread, list[BaseException]]:
     raise AssertionError("the commit does not wait for the standby")
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="known gap: the read's row undoes a transaction committed before its low watermark "
-    "and not yet visible to its snapshot (pg_xact_status says 'in progress' for it: the check "
-    "needs another way to find such transactions)",
-)
 def test_a_read_does_not_undo_a_change_the_stream_has_and_it_cannot_see(
     server: PgServer, tmp_path: Path, spark: SparkSession
 ) -> None:
