@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import psycopg
-from psycopg import sql
 
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg import pgoutput as po
-from cdc_core.pg.catalog import describe_relation, table_info
+from cdc_core.pg.catalog import describe_relation, own_rows, table_info
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, plan_chunks
 from cdc_core.state import read_json, snapshots_dir, write_json
 
@@ -157,7 +156,7 @@ def condition_problem(
     source = (
         f"({condition}) AS cdc_selected"
         if select
-        else f"{sql_text(conn, table)} WHERE ({condition})"
+        else f"{own_rows(conn, table).as_string(conn)} WHERE ({condition})"
     )
     try:
         with conn.transaction():
@@ -168,10 +167,6 @@ def condition_problem(
         what = "SELECT" if select else "condition"
         return f"the {what} {condition!r} for {table} does not run: {first}"
     return None
-
-
-def sql_text(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> str:
-    return sql.Identifier(table.schema, table.name).as_string(conn)
 
 
 def _columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> tuple[str, ...]:

@@ -247,10 +247,6 @@ def _rows(
         return cur.fetchall()
 
 
-def _relation(table: TableName) -> sql.Identifier:
-    return sql.Identifier(table.schema, table.name)
-
-
 _KEY_COLUMNS = """
 SELECT k.name, a.attname,
        CASE WHEN t.typnamespace = 'pg_catalog'::regnamespace
@@ -300,7 +296,8 @@ def _estimate(conn: psycopg.Connection[Any], table: TableName, oid: int) -> tupl
     Leaves of a partitioned table number their blocks each, so ctid ranges cut the largest one."""
     ((pages, largest, density_rows, analyzed),) = _rows(conn, _ESTIMATE, (oid, oid))
     if int(pages) < SMALL_TABLE_PAGES or not analyzed:
-        ((count,),) = _rows(conn, sql.SQL("SELECT count(*) FROM {}").format(_relation(table)))
+        query = sql.SQL("SELECT count(*) FROM {}").format(catalog.own_rows(conn, table))
+        ((count,),) = _rows(conn, query)
         return int(count), int(largest)
     return round(float(density_rows)), int(largest)
 
@@ -317,7 +314,7 @@ def _integer_bounds(
     """Even ranges of the key space from min and max (an index read, no sort); [] when the
     key space is too sparse for even ranges to hold even row counts."""
     query = sql.SQL("SELECT min({0}), max({0}) FROM {1}").format(
-        sql.Identifier(column), _relation(table)
+        sql.Identifier(column), catalog.own_rows(conn, table)
     )
     ((low, high),) = _rows(conn, query)
     if low is None:
@@ -350,7 +347,7 @@ def _sampled_bounds(
     ).format(
         texts=sql.SQL(", ").join(sql.SQL("format('%s', {})").format(n) for n in names),
         keys=sql.SQL(", ").join(names),
-        table=_relation(table),
+        table=catalog.own_rows(conn, table),
         sample=sample,
         not_null=sql.SQL(" AND ").join([sql.SQL("TRUE"), *not_null]),
         step=sql.Literal(step),

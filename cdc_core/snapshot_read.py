@@ -41,6 +41,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import committing
 from cdc_core.lsn import Lsn
+from cdc_core.pg.catalog import own_rows
 from cdc_core.pg.connect import VALUE_OPTIONS, VALUE_SET, connect
 from cdc_core.snapshot import SnapshotJob, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
@@ -99,7 +100,7 @@ def _chunk_query(
         )
         for c in read.columns
     )  # ::text IS NULL: a composite whose fields are all NULL is not NULL itself
-    source: sql.Composable = sql.Identifier(read.table.schema, read.table.name)
+    source: sql.Composable = own_rows(conn, read.table)
     if read.select:
         source = sql.SQL("({}) AS cdc_selected").format(sql.SQL(read.select))
     where = [chunk_predicate(read.plan, chunk)] + (

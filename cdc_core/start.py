@@ -21,7 +21,7 @@ from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.pg.catalog import table_columns, table_info
+from cdc_core.pg.catalog import own_rows, table_columns, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
@@ -302,7 +302,7 @@ def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
         where = str(request["where"]) if request.get("where") else None
         if where is not None and kind == "blocking":  # a blocking snapshot's filter is a query
             query = sql.SQL("SELECT * FROM {} WHERE ({})").format(
-                sql.Identifier(table.schema, table.name),
+                own_rows(conn, table),
                 sql.SQL(where),
             )
             where = query.as_string(conn)

@@ -22,6 +22,7 @@ from cdc_core.config import Dsn
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
+from cdc_core.pg.catalog import own_rows
 from cdc_core.pg.connect import connect
 from cdc_core.pgtypes import ColumnType
 from cdc_core.snapshot import catalog_descriptor
@@ -218,7 +219,7 @@ class SourceTable:
         self, conn: Conn, table: TableName, columns: Sequence[SourceColumn], key: Sequence[str]
     ) -> None:
         self.conn = conn
-        self.name = sql.Identifier(table.schema, table.name)
+        self.name = own_rows(conn, table)
         self.columns = tuple(columns)
         self.key = tuple(key)
         at = {c.name: i for i, c in enumerate(self.columns)}
@@ -327,7 +328,7 @@ def describe_source(conn: Conn, table: TableName) -> RelationDescriptor | None:
 
 
 def count_rows(conn: Conn, table: TableName) -> int:
-    row = conn.execute(_q("SELECT count(*) FROM {t}", t=sql.Identifier(table.schema, table.name)))
+    row = conn.execute(_q("SELECT count(*) FROM {t}", t=own_rows(conn, table)))
     found = row.fetchone()
     return _int(found[0]) if found else 0
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import TupleRow, tuple_row
 
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
@@ -399,3 +400,17 @@ def describe_relation(
         columns=columns,
         primary_key=tuple(str(c) for c in primary_key),
     )
+
+
+def own_rows(conn: psycopg.Connection[Any], table: TableName) -> sql.Composed:
+    """What a query reads `table`'s rows from: `ONLY t` for a table, whose inheritance
+    children's rows are theirs (the stream sends their changes as the child's, and a table
+    left out of the pipeline is not mirrored through its parent); `t` for a partitioned table,
+    whose rows are its partitions' (the stream sends them as the root's)."""
+    name = sql.Identifier(table.schema, table.name)
+    row = conn.execute(
+        sql.SQL("SELECT relkind::text FROM pg_class WHERE oid = to_regclass({})").format(
+            sql.Literal(name.as_string(conn))
+        )
+    ).fetchone()
+    return sql.SQL("{}{}").format(sql.SQL("" if row and row[0] == "p" else "ONLY "), name)

@@ -32,7 +32,13 @@ class SlotState:
 
 
 def _identifiers(tables: Sequence[TableName]) -> sql.Composable:
-    return sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in tables)
+    """The tables as a publication names them: each ONLY itself. Without ONLY a table's
+    inheritance children are published too, tables the pipeline does not capture, and those
+    without a key would then refuse UPDATE and DELETE. (A partitioned table's partitions are
+    published with it either way.)"""
+    return sql.SQL(", ").join(
+        sql.SQL("ONLY {}").format(sql.Identifier(t.schema, t.name)) for t in tables
+    )
 
 
 def _check_publishable(conn: Connection, tables: Sequence[TableName]) -> None:

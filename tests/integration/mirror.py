@@ -101,9 +101,15 @@ def source_rows(
         )
         for c in shape.columns
     )
-    query = sql.SQL("SELECT {} FROM {}").format(texts, sql.Identifier(shape.schema, shape.table))
+    name = sql.Identifier(shape.schema, shape.table)
     out: Counter[tuple[object, ...]] = Counter()
     with psycopg.connect(dsn) as conn:
+        kind = conn.execute(
+            "SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
+            (name.as_string(conn),),
+        ).fetchone()
+        only = sql.SQL("" if kind and kind[0] == "p" else "ONLY ")  # a child's rows are its own
+        query = sql.SQL("SELECT {} FROM {}{}").format(texts, only, name)
         for name, value in VALUE_SETTINGS.items():
             conn.execute(
                 sql.SQL("SELECT set_config({}, {}, false)").format(
