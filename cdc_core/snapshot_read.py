@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -109,7 +110,56 @@ def _chunk_query(
     query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
         texts, source, sql.SQL(" AND ".join(where))
     )
-    return query.as_string(conn)
+    return for_jdbc(query.as_string(conn))
+
+
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\uffff][A-Za-z0-9_\x80-\uffff]*)?\$")
+
+
+def for_jdbc(query: str) -> str:
+    """`query` as the JDBC driver must get it: to the driver a `?` outside literals, quoted
+    names and comments marks a parameter, so jsonb's `?`, `?|` and `?&` (in a snapshot's
+    condition) are written `??` there, which it sends as `?`. The driver's own lexer, in short:
+    '...' (with E'...' escapes), "...", $tag$...$tag$, -- and nested /* */ are kept as they are."""
+    out: list[str] = []
+    i, n = 0, len(query)
+    while i < n:
+        c = query[i]
+        if c == "'":
+            escapes = i > 0 and query[i - 1] in "eE" and not _word_char(query, i - 2)
+            j = i + 1
+            while j < n:
+                if (escapes and query[j] == "\\") or query[j : j + 2] == "''":
+                    j += 2
+                elif query[j] == "'":
+                    break
+                else:
+                    j += 1
+            end = min(j + 1, n)
+        elif c == '"':
+            end = query.find('"', i + 1) + 1 or n  # "" inside a name: two quoted runs in a row
+        elif query.startswith("--", i):
+            end = query.find("\n", i) + 1 or n
+        elif query.startswith("/*", i):
+            end, depth = i + 2, 1
+            while end < n and depth:
+                step = query[end : end + 2]
+                depth += (step == "/*") - (step == "*/")
+                end += 2 if step in ("/*", "*/") else 1
+        elif c == "$" and not _word_char(query, i - 1) and (tag := _DOLLAR_TAG.match(query, i)):
+            close = query.find(tag.group(), tag.end())
+            end = n if close < 0 else close + len(tag.group())
+        else:
+            out.append("??" if c == "?" else c)
+            i += 1
+            continue
+        out.append(query[i:end])
+        i = end
+    return "".join(out)
+
+
+def _word_char(text: str, at: int) -> bool:
+    return 0 <= at < len(text) and (text[at].isalnum() or text[at] in "_$")
 
 
 CatchUp = Callable[[Lsn], object]
