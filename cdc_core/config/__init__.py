@@ -26,6 +26,7 @@ from cdc_core.config.model import (
     TargetConfig,
 )
 from cdc_core.errors import ConfigError
+from cdc_core.identifiers import TableName
 
 __all__ = [
     "ByteSize",
@@ -99,4 +100,29 @@ def load_pipeline(
             "(rename the file or change the name)",
         )
     env_settings, env_shown = load_env(env, home=home, environ=environ)
+    if env_settings.catalog.register:
+        _check_catalog_names(pipeline, env_settings, env_shown)
     return Config(pipeline, env_settings, env, shown, env_shown)
+
+
+def _check_catalog_names(pipeline: PipelineConfig, env: EnvConfig, shown: str) -> None:
+    """Each mirror under a catalog name of its own. Spark's catalog ignores case, and
+    `CREATE TABLE IF NOT EXISTS` leaves a name taken by another mirror as it is: the second
+    would silently not be registered."""
+    seen: dict[tuple[str, str], TableName] = {}
+    template = env.catalog.database
+    for table in pipeline.source.tables:
+        name = (template.format(schema=table.schema).lower(), table.name.lower())
+        other = seen.setdefault(name, table)
+        if other is not table:
+            way = (
+                "put {schema} in it"
+                if other.schema.lower() != table.schema.lower()
+                else "register one of them by hand, or leave one out of the pipeline"
+            )
+            raise ConfigError(
+                shown,
+                "catalog.database",
+                f"{template!r} registers {other} and {table} under one name, "
+                f"{name[0]}.{name[1]} (Spark's catalog ignores case): {way}",
+            )

@@ -390,6 +390,33 @@ def test_a_catalog_database_template_is_checked_when_it_loads(
     assert load_env("local", home=home, environ={})[0].catalog.database == "mirror_{schema}_{{x}}"
 
 
+@pytest.mark.parametrize(
+    ("tables", "database", "message"),
+    [
+        ("[public.orders, sales.orders]", "cdc", "'cdc' registers public.orders and sales.orders "
+         "under one name, cdc.orders (Spark's catalog ignores case): put {schema} in it"),
+        ('[public.orders, \'public."Orders"\']', "cdc_{schema}", "'cdc_{schema}' registers "
+         "public.orders and public.\"Orders\" under one name, cdc_public.orders (Spark's catalog "
+         "ignores case): register one of them by hand, or leave one out of the pipeline"),
+        ('[public.orders, \'"Public".orders\']', "cdc_{schema}", "cdc_public.orders"),
+    ],
+)  # fmt: skip
+def test_two_mirrors_registered_under_one_catalog_name_are_refused(
+    tmp_path: Path, tables: str, database: str, message: str
+) -> None:
+    """`CREATE TABLE IF NOT EXISTS` would leave the second one unregistered, silently."""
+    pipeline = CONTRACT.replace("[public.customers, public.orders, public.order_items]", tables)
+    env = f"catalog:\n  register: true\n  database: '{database}'\n"
+    home = write_home(tmp_path, pipeline, env)
+    with pytest.raises(ConfigError) as e:
+        load_pipeline("orders", "local", home=home, environ={})
+    assert str(e.value).startswith("conf/local.yaml: catalog.database: ")
+    assert message in str(e.value)
+    unregistered = f"catalog:\n  register: false\n  database: '{database}'\n"
+    home = write_home(tmp_path, pipeline, unregistered)
+    assert len(load_pipeline("orders", "local", home=home, environ={}).pipeline.source.tables) == 2
+
+
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "'1e999'", "'nan'"])
 def test_a_number_that_is_not_finite_is_refused(tmp_path: Path, value: str) -> None:
     """`age >= nan` is never true (the metrics table would never be appended again), and
