@@ -136,12 +136,16 @@ def _committed_unseen(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Envelopes of `table`'s changes by transactions the read's snapshot had running though
     their commits are before `before`, in stream order. Files are searched from `before` back,
-    each file's floor ruling out the ids it can (`XidFloor`), until none is left: usually the
-    newest file before `before` rules out all of them at once. A file staged before floors
-    were recorded rules out none, and the search goes on through older files."""
+    each file's floor ruling out the ids it can (`XidFloor`), until none is left. The files of
+    the read's own catch-up rule out none (their floors are after the snapshot); the capture
+    before the read rules out every transaction that began after it started, so the search
+    usually ends there, and goes further back only past a transaction that ran longer. A file
+    staged before floors were recorded rules out none."""
     running = set(view.xip)
     floors: list[XidFloor] = []
     found: list[dict[str, Any]] = []
+    if not running:
+        return found  # the snapshot had nothing running: it saw every commit before it
     for staged in reversed([f for f in files if f.start < view.before]):
         floor = XidFloor.of(read_metadata(lake.changes / str(staged)))
         floors += [floor] if floor is not None else []
