@@ -128,8 +128,7 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
         )
         ensure_slot(conn, source.slot)
         end = flush_position(conn)
-        xid = next_xid(conn)  # taken after `end`: see XidFloor
-        floor = None if xid is None else XidFloor(end, xid)
+        floor = XidFloor(end, next_xid(conn))  # the id taken after `end` is read
         database = catalog.current_database(conn).name
     settings = config.pipeline.capture
     limits = Limits(

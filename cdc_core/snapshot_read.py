@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -113,53 +113,109 @@ def _chunk_query(
     return for_jdbc(query.as_string(conn))
 
 
-_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\x80-\uffff][A-Za-z0-9_\x80-\uffff]*)?\$")
-
-
 def for_jdbc(query: str) -> str:
-    """`query` as the JDBC driver must get it: to the driver a `?` outside literals, quoted
-    names and comments marks a parameter, so jsonb's `?`, `?|` and `?&` (in a snapshot's
-    condition) are written `??` there, which it sends as `?`. The driver's own lexer, in short:
-    '...' (with E'...' escapes), "...", $tag$...$tag$, -- and nested /* */ are kept as they are."""
+    """`query` as the PostgreSQL JDBC driver must get it: to the driver a `?` outside literals,
+    quoted names and comments marks a parameter, so jsonb's `?`, `?|` and `?&` (in a snapshot's
+    condition) are written `??` there, which it sends as `?`. Where a literal, a name or a
+    comment ends is decided as the driver's own lexer decides it (`org.postgresql.core.Parser`,
+    with standard_conforming_strings on), even where PostgreSQL's differs (`E'a''b'`, `/*/`):
+    the text the server gets is then `query` exactly."""
     out: list[str] = []
-    i, n = 0, len(query)
-    while i < n:
+    i = start = 0
+    while i < len(query):
         c = query[i]
         if c == "'":
-            escapes = i > 0 and query[i - 1] in "eE" and not _word_char(query, i - 2)
-            j = i + 1
-            while j < n:
-                if (escapes and query[j] == "\\") or query[j : j + 2] == "''":
-                    j += 2
-                elif query[j] == "'":
-                    break
-                else:
-                    j += 1
-            end = min(j + 1, n)
+            i = _single_quotes(query, i)
         elif c == '"':
-            end = query.find('"', i + 1) + 1 or n  # "" inside a name: two quoted runs in a row
-        elif query.startswith("--", i):
-            end = query.find("\n", i) + 1 or n
-        elif query.startswith("/*", i):
-            end, depth = i + 2, 1
-            while end < n and depth:
-                step = query[end : end + 2]
-                depth += (step == "/*") - (step == "*/")
-                end += 2 if step in ("/*", "*/") else 1
-        elif c == "$" and not _word_char(query, i - 1) and (tag := _DOLLAR_TAG.match(query, i)):
-            close = query.find(tag.group(), tag.end())
-            end = n if close < 0 else close + len(tag.group())
-        else:
-            out.append("??" if c == "?" else c)
-            i += 1
-            continue
-        out.append(query[i:end])
-        i = end
-    return "".join(out)
+            i = _through(query, i + 1, '"')
+        elif c == "-" and query.startswith("--", i):
+            i = min(_through(query, i + 2, "\r\n"), len(query) - 1)
+        elif c == "/" and query.startswith("/*", i):
+            i = _block_comment(query, i)
+        elif c == "$":
+            i = _dollar_quotes(query, i)
+        elif c == "?":
+            out += [query[start:i], "??"]
+            start = i + 1
+        i += 1
+    return "".join([*out, query[start:]])
 
 
-def _word_char(text: str, at: int) -> bool:
-    return 0 <= at < len(text) and (text[at].isalnum() or text[at] in "_$")
+def _through(text: str, at: int, stops: str) -> int:
+    """Where the first of `stops` is from `at` on (the end of `text` if none is)."""
+    while at < len(text) and text[at] not in stops:
+        at += 1
+    return at
+
+
+def _single_quotes(query: str, at: int) -> int:
+    """Where the literal opened at `at` ends: the next quote (`''` is two literals in a row), or
+    for E'...' the next quote no backslash escapes."""
+    escapes = at >= 2 and query[at - 1] in "eE" and _ends_identifier(query[at - 2])
+    at += 1
+    while at < len(query) and query[at] != "'":
+        at += 2 if escapes and query[at] == "\\" else 1
+    return min(at, len(query))
+
+
+def _ends_identifier(c: str) -> bool:
+    return c == '"' or c in " \t\n\r\f" or c in ",()[].;:+-*/%^<>=~!@#&|`?"
+
+
+def _block_comment(query: str, at: int) -> int:
+    """Where the comment opened at `at` ends; comments nest, and each `*` or `/` is part of one
+    pair at most (`/*/` opens and closes one)."""
+    level, at = 1, at + 2
+    while at < len(query):
+        pair = query[at - 1 : at + 1]
+        if pair in ("*/", "/*"):
+            level += 1 if pair == "/*" else -1
+            at += 1
+        if level == 0:
+            return at - 1
+        at += 1
+    return at
+
+
+def _identifier(c: str, *, first: bool = False) -> bool:
+    """A character of a name as the driver sees it: Java's `Character.isJavaIdentifierStart`
+    (`first`) or `isJavaIdentifierPart`, on UTF-16 units, so a character outside the Basic
+    Multilingual Plane (two surrogates to Java) is none."""
+    if ord(c) > 0xFFFF:
+        return False
+    if unicodedata.category(c) in _JAVA_IDENTIFIER_START:
+        return True
+    return not first and (
+        unicodedata.category(c) in _JAVA_IDENTIFIER_PART
+        or ord(c) <= 0x08
+        or 0x0E <= ord(c) <= 0x1B
+        or 0x7F <= ord(c) <= 0x9F
+    )  # the last three: Java's identifier-ignorable controls
+
+
+_JAVA_IDENTIFIER_START = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Sc", "Pc"})
+_JAVA_IDENTIFIER_PART = frozenset({"Nd", "Mn", "Mc", "Cf"})
+
+
+def _dollar_quotes(query: str, at: int) -> int:
+    """Where the dollar quote opened at `at` ends ($$...$$ or $tag$...$tag$), or `at` itself
+    when none opens there (a $ inside a name, `$1`)."""
+    if at + 1 >= len(query) or (at > 0 and _identifier(query[at - 1])):
+        return at
+    end = at + 1
+    if query[end] != "$":
+        if not _identifier(query[end], first=True):
+            return at
+        end += 1
+        while end < len(query) and query[end] != "$":
+            if not _identifier(query[end]):
+                return at
+            end += 1
+        if end == len(query):
+            return at
+    tag = query[at : end + 1]
+    close = query.find(tag, end + 1)
+    return len(query) - 1 if close < 0 else close + len(tag) - 1
 
 
 CatchUp = Callable[[Lsn], object]

@@ -40,6 +40,7 @@ _XID_SPAN = 1 << 32
 _HALF = _XID_SPAN // 2
 
 Key = tuple[str | None, ...]
+Filter = tuple[str, str, Any]  # a pyarrow filter term: (column, operator, value)
 
 
 def _precedes(a: int, b: int) -> bool:
@@ -135,39 +136,51 @@ def _committed_unseen(
     lake: Lake, files: Sequence[StagedFile], table: TableName, view: ReadView
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Envelopes of `table`'s changes by transactions the read's snapshot had running though
-    their commits are before `before`, in stream order. Files are searched from `before` back,
-    each file's floor ruling out the ids it can (`XidFloor`), until none is left. The files of
-    the read's own catch-up rule out none (their floors are after the snapshot); the capture
-    before the read rules out every transaction that began after it started, so the search
-    usually ends there, and goes further back only past a transaction that ran longer. A file
-    staged before floors were recorded rules out none."""
-    running = set(view.xip)
+    their commits are before `before`, in stream order. Those are the ids in its running list,
+    and any from its xmax on: xmax is one past the newest transaction to have finished, so a
+    transaction waiting with no later one finished is above it, not in the list. Files are
+    searched from `before` back, each file's floor ruling out the ids it can (`XidFloor`),
+    until none is left. The files of the read's own catch-up rule out none (their floors are
+    after the snapshot); the capture before the read rules out every transaction that began
+    after it started, so the search usually ends there, and goes further back only past a
+    transaction that ran longer. A file staged before floors were recorded rules out none."""
+    running, later = set(view.xip), True  # later: ids from xmax on are still candidates
     floors: list[XidFloor] = []
     found: list[dict[str, Any]] = []
-    if not running:
-        return found  # the snapshot had nothing running: it saw every commit before it
     for staged in reversed([f for f in files if f.start < view.before]):
         floor = XidFloor.of(read_metadata(lake.changes / str(staged)))
         floors += [floor] if floor is not None else []
-        running = {x for x in running if not any(
-            staged.end <= f.lsn and not _precedes(x, f.xid) for f in floors
-        )}  # fmt: skip
-        if not running:
+        running = {x for x in running if not _ruled_out(x, staged, floors)}
+        later = later and not _ruled_out(view.xmax, staged, floors)  # and all ids after xmax
+        if not running and not later:
             break
-        where = [("commit_lsn", "<", view.before.value), ("xid", "in", sorted(running))]
+        before: Filter = ("commit_lsn", "<", view.before.value)
+        candidates = [[before, ("xid", "in", sorted(running))]] if running else []
+        candidates += [[before, *r] for r in _from_on(view.xmax)] if later else []
         path, fs = arrow(lake.changes / str(staged))
-        ids = set(
-            pq.read_table(path, columns=["xid"], filters=where, filesystem=fs)["xid"].to_pylist()
-        )
+        xids = pq.read_table(path, columns=["xid"], filters=candidates, filesystem=fs)["xid"]
+        ids = set(xids.to_pylist())
         if ids:
             running -= ids  # a file holds whole transactions
-            where = [("commit_lsn", "<", view.before.value), ("xid", "in", sorted(ids))]
-            found = _changes(lake, staged, table, where) + found
+            found = _changes(lake, staged, table, [before, ("xid", "in", sorted(ids))]) + found
     return found
 
 
+def _ruled_out(xid: int, staged: StagedFile, floors: Sequence[XidFloor]) -> bool:
+    """Whether a floor says transaction `xid` commits after all of `staged`."""
+    return any(staged.end <= f.lsn and not _precedes(xid, f.xid) for f in floors)
+
+
+def _from_on(xid: int) -> list[list[Filter]]:
+    """The 32-bit ids from `xid` on (the half of the circle after it) as `xid` ranges."""
+    end = xid + _HALF
+    if end <= _XID_SPAN:
+        return [[("xid", ">=", xid), ("xid", "<", end)]]
+    return [[("xid", ">=", xid)], [("xid", "<", end - _XID_SPAN)]]
+
+
 def _changes(
-    lake: Lake, staged: StagedFile, table: TableName, where: list[tuple[str, str, Any]]
+    lake: Lake, staged: StagedFile, table: TableName, where: list[Filter]
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Envelopes of `table`'s changes in one staged file that match `where`, in stream order."""
     ctx = staged_context(lake, staged)

@@ -20,6 +20,9 @@ VALUE_SETTINGS = {
     "extra_float_digits": "1",
     "bytea_output": "hex",
     "lc_monetary": "C",
+    # not output but input: literals in a snapshot's condition read as the JDBC driver reads
+    # them (`snapshot_read.for_jdbc`); the server's default since 9.1
+    "standard_conforming_strings": "on",
 }
 VALUE_OPTIONS = " ".join(f"-c {k}={v}" for k, v in VALUE_SETTINGS.items())
 VALUE_SET = "; ".join(f"SET {k} = '{v}'" for k, v in VALUE_SETTINGS.items())

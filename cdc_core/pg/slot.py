@@ -195,17 +195,13 @@ def advance_slot(conn: Connection, name: str, to: Lsn) -> Lsn:
     return Lsn.parse(str(row[0])) if row and row[0] else to
 
 
-def next_xid(conn: Connection) -> int | None:
-    """A transaction id given out now (32-bit): every id from it on is given out later. None
-    when the session cannot take one (read-only). Costs one id and an empty commit, not
-    flushed nor waited for. (A snapshot's xmax is no such bound: it is one past the newest
-    transaction to finish, and ids above it may be running already.)"""
-    try:
-        with conn.transaction():
-            conn.execute("SET LOCAL synchronous_commit = off")
-            row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
-    except psycopg.errors.ReadOnlySqlTransaction:
-        return None
+def next_xid(conn: Connection) -> int:
+    """A transaction id given out now (32-bit): every id from it on is given out later. Costs
+    one id and an empty commit, neither flushed nor waited for. (A snapshot's xmax is no such
+    bound: it is one past the newest transaction to finish, and ids above it may be running.)"""
+    with conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit = off")
+        row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
     assert row is not None
     return int(str(row[0])) % (1 << 32)
 

@@ -223,7 +223,10 @@ def test_a_quoted_schema_and_table_name_work_in_queries_and_fixes(
     assert identity.fix.splitlines()[0] == f"ALTER TABLE {table} REPLICA IDENTITY FULL;"
     publication = check(report, "publication")
     assert publication.fix is not None
-    assert publication.fix.splitlines()[0] == f'CREATE PUBLICATION "orders_cdc" FOR TABLE {table};'
+    assert (
+        publication.fix.splitlines()[0]
+        == f'CREATE PUBLICATION "orders_cdc" FOR TABLE ONLY {table};'
+    )
 
 
 def test_a_quoted_table_with_a_key_passes_for_a_superuser(
@@ -319,7 +322,8 @@ def test_an_existing_publication_missing_a_table_needs_its_owner(
     assert result.detail.startswith('"orders_cdc" publishes 1 of 2 tables')
     assert result.fix is not None
     assert (
-        result.fix.splitlines()[0] == 'ALTER PUBLICATION "orders_cdc" ADD TABLE "public"."orders";'
+        result.fix.splitlines()[0]
+        == 'ALTER PUBLICATION "orders_cdc" ADD TABLE ONLY "public"."orders";'
     )
 
     run(pg, shop, result.fix.splitlines()[0])  # as the superuser that owns both

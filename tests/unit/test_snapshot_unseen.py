@@ -55,9 +55,10 @@ def stage(lake: Lake, floor: XidFloor | None, *transactions: ChangeChunk) -> Sta
     return staged
 
 
-def read(xip: tuple[int, ...], before: int, position: int) -> ReadView:
-    """A read whose snapshot had `xip` running (xmin the oldest of them, xmax past them)."""
-    xmin, xmax = min(xip, default=900), max(xip, default=899) + 1
+def read(xip: tuple[int, ...], before: int, position: int, xmax: int = 1000) -> ReadView:
+    """A read whose snapshot had `xip` running (xmin the oldest of them; every transaction of
+    these tests but those finished before `xmax`)."""
+    xmin = min(xip, default=xmax)
     return ReadView.parse(f"{xmin}:{xmax}:{','.join(map(str, xip))}", str(Lsn(position)),
                           str(Lsn(before)))  # fmt: skip
 
@@ -98,6 +99,31 @@ def test_an_id_older_than_a_floor_is_searched_for_further_back(lake: Lake) -> No
     spoil(lake, oldest)  # 750 is older than 0/2000's floor: ruled out only by 0/1000's
     out = overtaken(lake, TABLE, ["id"], read((750, 760), before=0x3100, position=0x4000))
     assert out.newer == {("1",): {"id": "1", "note": "waited"}}
+
+
+def test_a_waiting_transaction_above_xmax_is_found_too(lake: Lake) -> None:
+    """xmax is one past the newest transaction to finish: a transaction waiting for a standby
+    with none after it finished is at or above xmax, not in the running list."""
+    stage(lake, XidFloor(Lsn(0x1000), 999), transaction(1000, 0x1900, update(1, "new")))
+    out = overtaken(lake, TABLE, ["id"], read((), before=0x2100, position=0x3000, xmax=1000))
+    assert out.newer == {("1",): {"id": "1", "note": "new"}}
+
+
+def test_ids_above_xmax_are_ruled_out_by_a_floor_below_it(lake: Lake) -> None:
+    older = stage(lake, XidFloor(Lsn(0x1000), 800), transaction(1005, 0x900, update(1, "x")))
+    stage(lake, XidFloor(Lsn(0x2000), 990), transaction(980, 0x1900, update(3, "y")))
+    spoil(lake, older)  # 1000 on got their ids after 0/2000: the older file is not opened
+    assert not overtaken(lake, TABLE, ["id"], read((), before=0x2100, position=0x3000))
+
+
+def test_ids_above_xmax_wrap_around(lake: Lake) -> None:
+    span = 1 << 32
+    stage(lake, XidFloor(Lsn(0x1000), 5), transaction(2, 0x900, update(1, "wrapped")),
+          transaction(span - 1, 0x980, update(2, "before the wrap")))  # fmt: skip
+    view = ReadView.parse(f"{span - 2}:{span - 2}:", str(Lsn(0x3000)), str(Lsn(0x2100)))
+    out = overtaken(lake, TABLE, ["id"], view)
+    assert out.newer == {("1",): {"id": "1", "note": "wrapped"},
+                         ("2",): {"id": "2", "note": "before the wrap"}}  # fmt: skip
 
 
 def test_a_file_staged_without_a_floor_rules_out_nothing(lake: Lake) -> None:
