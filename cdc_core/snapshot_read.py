@@ -92,18 +92,23 @@ def jdbc_target(dsn: Dsn) -> tuple[str, dict[str, str]]:
     return url, props
 
 
+def _source(read: GroupRead, conn: psycopg.Connection[tuple[object, ...]]) -> sql.Composable:
+    """What the group's chunks read from: the table's own rows, or the blocking read's query."""
+    if read.select:
+        return sql.SQL("({}) AS cdc_selected").format(sql.SQL(read.select))
+    return own_rows(conn, read.table)
+
+
 def _chunk_query(
-    read: GroupRead, chunk: Chunk, conn: psycopg.Connection[tuple[object, ...]]
-) -> str:
+    read: GroupRead, chunk: Chunk, source: sql.Composable,
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> str:  # fmt: skip
     texts = sql.SQL(", ").join(
         sql.SQL("CASE WHEN {0}::text IS NULL THEN NULL ELSE format('%s', {0}) END AS {0}").format(
             sql.Identifier(c)
         )
         for c in read.columns
     )  # ::text IS NULL: a composite whose fields are all NULL is not NULL itself
-    source: sql.Composable = own_rows(conn, read.table)
-    if read.select:
-        source = sql.SQL("({}) AS cdc_selected").format(sql.SQL(read.select))
     where = [chunk_predicate(read.plan, chunk)] + (
         [f"({read.condition})"] if read.condition else []
     )
@@ -257,9 +262,12 @@ def read_group(
             ),
             "fetchsize": str(read.fetch_size),
         }
+        source = _source(read, coordinator)
         frames = [
             spark.read.jdbc(
-                url, f"({_chunk_query(read, c, coordinator)}) AS cdc_chunk", properties=props
+                url,
+                f"({_chunk_query(read, c, source, coordinator)}) AS cdc_chunk",
+                properties=props,
             )
             for c in read.chunks
         ]

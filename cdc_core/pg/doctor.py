@@ -22,7 +22,7 @@ from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection, RoleInfo, TableInfo
 from cdc_core.pg.connect import connect
 from cdc_core.pg.pgoutput import ReplicaIdentity
-from cdc_core.pg.slot import identity_change
+from cdc_core.pg.slot import identity_change, published
 from cdc_core.signals import signal_table_ddl
 
 Status = Literal["pass", "warn", "fail", "skip"]  # warn: the run goes on, and says so
@@ -165,11 +165,6 @@ def _table_id(t: TableName) -> sql.Identifier:
     return sql.Identifier(t.schema, t.name)
 
 
-def _published(t: TableName) -> sql.Composable:
-    """A table as the product publishes it (`slot.ensure_publication`): ONLY itself."""
-    return sql.SQL("ONLY {}").format(_table_id(t))
-
-
 def _names(tables: list[TableName]) -> str:
     return ", ".join(str(t) for t in tables)
 
@@ -283,7 +278,7 @@ def _publication(ctx: _Context) -> Check:
             f"{_q(ctx.role.name)} cannot add {_names(missing)}: only the owner of {owners} can"
         )
         add = ctx.render("ALTER PUBLICATION {} ADD TABLE {};", pub_id,
-                         sql.SQL(", ").join(map(_published, missing)))  # fmt: skip
+                         published(missing))  # fmt: skip
         fixes += [add, f"(run as {_q(pub.owner)} if it owns those tables, or as a superuser)"]
     if problems:
         return Check("publication", "fail", "; ".join([detail, *problems]), "\n".join(fixes))
@@ -300,7 +295,7 @@ def _publication_to_create(ctx: _Context) -> Check:
     if ctx.database.can_create and not not_owned:
         return Check("publication", "pass", f"{_q(name)} does not exist; it will be created")
     create = ctx.render("CREATE PUBLICATION {} FOR TABLE {};", sql.Identifier(name),
-                        sql.SQL(", ").join(_published(i.name) for i in present))  # fmt: skip
+                        published([i.name for i in present]))  # fmt: skip
     if not_owned:
         why = f"not owner of {_names([i.name for i in not_owned])}"
         owners = ", ".join(sorted({_q(i.owner) for i in not_owned}))

@@ -31,7 +31,7 @@ class SlotState:
     active_pid: int | None
 
 
-def _identifiers(tables: Sequence[TableName]) -> sql.Composable:
+def published(tables: Sequence[TableName]) -> sql.Composable:
     """The tables as a publication names them: each ONLY itself. Without ONLY a table's
     inheritance children are published too, tables the pipeline does not capture, and those
     without a key would then refuse UPDATE and DELETE. (A partitioned table's partitions are
@@ -76,7 +76,7 @@ def ensure_publication(
             raise TerminalError(
                 f"publication {name!r} does not exist and publication.autocreate.mode is "
                 f"disabled: create it with CREATE PUBLICATION {pub.as_string(conn)} FOR TABLE "
-                f"{_identifiers(tables).as_string(conn)}"
+                f"{published(tables).as_string(conn)}"
             )
         _check_publishable(conn, tables)
         if mode == "all_tables":
@@ -84,7 +84,7 @@ def ensure_publication(
         else:
             _execute(
                 conn,
-                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub, _identifiers(tables)),
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub, published(tables)),
             )
         return
     if existing.all_tables or mode != "filtered":
@@ -92,9 +92,7 @@ def ensure_publication(
     missing = [t for t in tables if t not in existing.tables]
     if missing:
         _check_publishable(conn, missing)
-        _execute(
-            conn, sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, _identifiers(missing))
-        )
+        _execute(conn, sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, published(missing)))
 
 
 def autoset_replica_identity(
