@@ -270,9 +270,10 @@ def _publication(ctx: _Context) -> Check:
         problems.append(f"it does not publish {', '.join(absent_ops)}")
         publish = "ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate');"
         fixes.append(ctx.render(publish, pub_id))
-    # Only missing tables make the product run ALTER PUBLICATION ... SET TABLE, and SET TABLE
-    # needs ownership of the publication and of every table it lists (PostgreSQL 15).
-    if missing and (not pub.is_owner or any(not i.is_owner for i in present)):
+    # Only missing tables make the product run ALTER PUBLICATION ... ADD TABLE, which needs
+    # ownership of the publication and of each table it adds (PostgreSQL 15).
+    not_owned = [i.name for i in present if i.name in missing and not i.is_owner]
+    if missing and (not pub.is_owner or not_owned):
         owners = f"the publication ({_q(pub.owner)}) and of the tables"
         problems.append(
             f"{_q(ctx.role.name)} cannot add {_names(missing)}: only the owner of {owners} can"
@@ -283,7 +284,7 @@ def _publication(ctx: _Context) -> Check:
     if problems:
         return Check("publication", "fail", "; ".join([detail, *problems]), "\n".join(fixes))
     if missing:
-        detail += "; the product adds the others (ALTER PUBLICATION ... SET TABLE)"
+        detail += "; the product adds the others (ALTER PUBLICATION ... ADD TABLE)"
     elif not pub.is_owner:
         detail += f"; used as it is (owner {_q(pub.owner)})"
     return Check("publication", "pass", detail)

@@ -16,9 +16,11 @@ from cdc_core.config import Config, load_pipeline
 from cdc_core.errors import SetupError
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
+from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import Check, DoctorReport, format_report, run_doctor
 from cdc_core.pg.local import LocalPostgres, free_port, throwaway_cluster
 from cdc_core.pg.pgoutput import ReplicaIdentity
+from cdc_core.pg.slot import ensure_publication
 from tests.conftest import unavailable
 from tests.integration import privileges
 from tests.integration.conftest import PgServer
@@ -330,6 +332,33 @@ def test_an_existing_publication_missing_a_table_needs_its_owner(
     fixed = check(run_doctor(config), "publication")
     assert fixed.status == "pass"
     assert fixed.detail == '"orders_cdc" publishes 2 of 2 tables; used as it is (owner "postgres")'
+
+
+def test_a_publication_owner_may_add_the_tables_it_owns_without_owning_the_others(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    # ADD TABLE needs ownership of the publication and of the tables added, not of the tables
+    # the publication already lists (customers stays the superuser's).
+    run(
+        pg,
+        shop,
+        "CREATE PUBLICATION orders_cdc FOR TABLE customers;"
+        f' ALTER PUBLICATION orders_cdc OWNER TO "{role}"; ALTER TABLE orders OWNER TO "{role}";'
+        f' GRANT SELECT ON customers TO "{role}"',
+    )
+    config = make_config(tmp_path, role_dsn(pg, shop, role))
+
+    result = check(run_doctor(config), "publication")
+    assert (result.status, result.detail) == (
+        "pass",
+        '"orders_cdc" publishes 1 of 2 tables; the product adds the others'
+        " (ALTER PUBLICATION ... ADD TABLE)",
+    )
+
+    tables = [TableName("public", "customers"), TableName("public", "orders")]
+    with connect(config.pipeline.source.dsn) as conn:  # as the role
+        ensure_publication(conn, "orders_cdc", tables, "filtered")
+    assert check(run_doctor(config), "publication").detail == '"orders_cdc" publishes 2 of 2 tables'
 
 
 def test_a_publication_without_updates_fails(pg: PgServer, shop: str, tmp_path: Path) -> None:
