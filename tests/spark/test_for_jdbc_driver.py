@@ -8,6 +8,7 @@ import random
 
 import pytest
 from py4j.java_gateway import get_field
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from cdc_core.snapshot_read import for_jdbc
@@ -36,17 +37,28 @@ CONDITIONS = [
     "price$ ? 'k' AND $1x ? 'k'",
     "d ?? 'k'",
     "'unterminated ?",
+    "n = '{fn now()}' AND d ? '{d ''2020-01-01''}'",  # JDBC escapes, inside literals
+    "x = $${ts '2020-01-01'}$$ /* {oj x} */ AND \"{escape '?'}\" = 1 -- {t '10:00'}\n",
 ]
 
 
 def sent(spark: SparkSession, query: str) -> tuple[str, int]:
-    """What the driver sends for `query`, a prepared statement: (the SQL, parameter marks)."""
+    """What the driver sends for `query`, a prepared statement: (the SQL, parameter marks).
+
+    As the driver does for a prepared statement's text: JDBC escapes (`{fn ...}`, `{d '...'}`)
+    replaced first, then the text split into statements and parameter marks.
+    """
     jvm = spark.sparkContext._jvm
     gateway = spark.sparkContext._gateway
     assert jvm is not None
     assert gateway is not None
-    parsed = jvm.org.postgresql.core.Parser.parseJdbcSql(
-        query, True, True, False, False, False, gateway.new_array(jvm.java.lang.String, 0)
+    parser = jvm.org.postgresql.core.Parser
+    try:
+        escaped = parser.replaceProcessing(query, True, True)
+    except Py4JJavaError:  # an unterminated literal, name or comment: refused, as by the server
+        escaped = query
+    parsed = parser.parseJdbcSql(
+        escaped, True, True, False, False, False, gateway.new_array(jvm.java.lang.String, 0)
     )
     assert parsed.size() == 1
     native = parsed.get(0)
