@@ -105,6 +105,9 @@ class PublicationInfo:
     operations: frozenset[str]
     """Published operations among insert, update, delete, truncate."""
     tables: frozenset[TableName]
+    via_root: bool
+    """publish_via_partition_root: a partitioned table's changes come under its own name, not
+    under its partitions' (which a pipeline capturing the partitioned table would not know)."""
 
 
 @dataclass(frozen=True)
@@ -267,14 +270,15 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
                      UNION  -- a partitioned table is listed by its leaves unless via root
                      SELECT ARRAY[n.nspname::text, c.relname::text]
                      FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
-                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = p.oid)
+                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = p.oid),
+               p.pubviaroot
         FROM pg_publication p WHERE p.pubname = %s
         """,
         (name,),
     )
     if not rows:
         return None
-    ((owner, is_owner, all_tables, operations, tables),) = rows
+    ((owner, is_owner, all_tables, operations, tables, via_root),) = rows
     return PublicationInfo(
         name=name,
         owner=str(owner),
@@ -282,6 +286,7 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
         all_tables=bool(all_tables),
         operations=frozenset(operations),
         tables=frozenset(TableName(s, t) for s, t in tables),
+        via_root=bool(via_root),
     )
 
 

@@ -22,7 +22,7 @@ from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection, RoleInfo, TableInfo
 from cdc_core.pg.connect import connect
 from cdc_core.pg.pgoutput import ReplicaIdentity
-from cdc_core.pg.slot import identity_change, published
+from cdc_core.pg.slot import VIA_ROOT, identity_change, published
 from cdc_core.signals import signal_table_ddl
 
 Status = Literal["pass", "warn", "fail", "skip"]  # warn: the run goes on, and says so
@@ -281,6 +281,14 @@ def _publication(ctx: _Context) -> Check:
         add = ctx.render("ALTER PUBLICATION {} ADD TABLE {};", pub_id,
                          published(missing))  # fmt: skip
         fixes += [add, f"(run as {_q(pub.owner)} if it owns those tables, or as a superuser)"]
+    partitioned = [i.name for i in present if i.kind == "partitioned"]
+    if partitioned and not pub.via_root:
+        problems.append(
+            f"it sends the changes of partitioned table {_names(partitioned)} under its "
+            "partitions' names (publish_via_partition_root is off): the pipeline would miss them"
+        )
+        via_root = "ALTER PUBLICATION {} SET (publish_via_partition_root = true);"
+        fixes.append(ctx.render(via_root, pub_id))
     if problems:
         return Check("publication", "fail", "; ".join([detail, *problems]), "\n".join(fixes))
     if missing:
@@ -295,8 +303,8 @@ def _publication_to_create(ctx: _Context) -> Check:
     not_owned = [i for i in present if not i.is_owner]
     if ctx.database.can_create and not not_owned:
         return Check("publication", "pass", f"{_q(name)} does not exist; it will be created")
-    create = ctx.render("CREATE PUBLICATION {} FOR TABLE {};", sql.Identifier(name),
-                        published([i.name for i in present]))  # fmt: skip
+    create = ctx.render("CREATE PUBLICATION {} FOR TABLE {} {};", sql.Identifier(name),
+                        published([i.name for i in present]), VIA_ROOT)  # fmt: skip
     if not_owned:
         why = f"not owner of {_names([i.name for i in not_owned])}"
         owners = ", ".join(sorted({_q(i.owner) for i in not_owned}))

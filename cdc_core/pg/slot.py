@@ -41,6 +41,32 @@ def published(tables: Sequence[TableName]) -> sql.Composable:
     )
 
 
+VIA_ROOT = sql.SQL("WITH (publish_via_partition_root = true)")
+
+
+def _check_via_root(
+    conn: Connection, publication: catalog.PublicationInfo, tables: Sequence[TableName]
+) -> None:
+    """Refuse a publication that sends a captured partitioned table's changes under its
+    partitions' names: the pipeline knows only the partitioned table, so it would miss them."""
+    if publication.via_root:
+        return
+    infos = catalog.table_info(conn, tables)
+    partitioned = [t for t, i in infos.items() if i is not None and i.kind == "partitioned"]
+    if partitioned:
+        names = ", ".join(map(str, partitioned))
+        alter = sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(
+            sql.Identifier(publication.name)
+        )
+        raise TerminalError(
+            f"publication {publication.name!r} sends the changes of partitioned table {names} "
+            "under its partitions' names (publish_via_partition_root is off), so the pipeline "
+            f"would miss them. Run {alter.as_string(conn)}, then run again; if the pipeline "
+            "streamed the table before, its mirror missed those changes: snapshot it again "
+            "(cdc snapshot --table)"
+        )
+
+
 def _check_publishable(conn: Connection, tables: Sequence[TableName]) -> None:
     """Refuse tables that are missing, or whose UPDATE/DELETE would start failing on the source.
 
@@ -76,17 +102,18 @@ def ensure_publication(
             raise TerminalError(
                 f"publication {name!r} does not exist and publication.autocreate.mode is "
                 f"disabled: create it with CREATE PUBLICATION {pub.as_string(conn)} FOR TABLE "
-                f"{published(tables).as_string(conn)}"
+                f"{published(tables).as_string(conn)} {VIA_ROOT.as_string(conn)}"
             )
         _check_publishable(conn, tables)
         if mode == "all_tables":
-            _execute(conn, sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(pub))
+            create = sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES {}").format(pub, VIA_ROOT)
         else:
-            _execute(
-                conn,
-                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(pub, published(tables)),
+            create = sql.SQL("CREATE PUBLICATION {} FOR TABLE {} {}").format(
+                pub, published(tables), VIA_ROOT
             )
+        _execute(conn, create)
         return
+    _check_via_root(conn, existing, tables)
     if existing.all_tables or mode != "filtered":
         return
     missing = [t for t in tables if t not in existing.tables]

@@ -226,8 +226,8 @@ def test_a_quoted_schema_and_table_name_work_in_queries_and_fixes(
     publication = check(report, "publication")
     assert publication.fix is not None
     assert (
-        publication.fix.splitlines()[0]
-        == f'CREATE PUBLICATION "orders_cdc" FOR TABLE ONLY {table};'
+        publication.fix.splitlines()[0] == f'CREATE PUBLICATION "orders_cdc" FOR TABLE ONLY {table}'
+        " WITH (publish_via_partition_root = true);"
     )
 
 
@@ -254,9 +254,23 @@ def test_a_partitioned_table_published_by_its_root_counts_as_published(
         CREATE TABLE readings_2024 PARTITION OF readings FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
         CREATE PUBLICATION orders_cdc FOR TABLE readings;
     """)  # fmt: skip
+    config = make_config(tmp_path, pg.dsn(database), ["public.readings"])
 
-    report = run_doctor(make_config(tmp_path, pg.dsn(database), ["public.readings"]))
+    # Without publish_via_partition_root, changes come under the partitions' names.
+    report = run_doctor(config)
+    assert failed(report) == ["publication"]
+    publication = check(report, "publication")
+    assert publication.detail == (
+        '"orders_cdc" publishes 1 of 1 tables; it sends the changes of partitioned table '
+        "public.readings under its partitions' names (publish_via_partition_root is off): the "
+        "pipeline would miss them"
+    )
+    assert publication.fix == (
+        'ALTER PUBLICATION "orders_cdc" SET (publish_via_partition_root = true);'
+    )
 
+    run(pg, database, publication.fix)
+    report = run_doctor(config)
     assert failed(report) == []
     assert check(report, "table public.readings").detail == "partitioned table, SELECT granted"
     assert check(report, "publication").detail == '"orders_cdc" publishes 1 of 1 tables'

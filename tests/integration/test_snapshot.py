@@ -518,6 +518,46 @@ def test_a_blocking_snapshot_command_with_where_reads_the_rows_it_names(
     assert reads.count() == 41  # v 0..9: 4 rows each, and the new (7, 'extra')
 
 
+def test_a_partitioned_table_is_mirrored_from_the_snapshot_and_the_stream(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A partitioned table is read whole, and its partitions' changes stream as its own: the
+    publication publishes them via the root (without it they came under the partitions' names,
+    which the pipeline dropped)."""
+    dsn = pg.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE readings (id int, at date, v text, PRIMARY KEY (id, at))"
+            " PARTITION BY RANGE (at)"
+        )
+        conn.execute(
+            "CREATE TABLE readings_1 PARTITION OF readings FOR VALUES FROM (MINVALUE) TO ('2024-07-01')"
+        )
+        conn.execute(
+            "CREATE TABLE readings_2 PARTITION OF readings FOR VALUES FROM ('2024-07-01') TO (MAXVALUE)"
+        )
+        conn.execute(
+            "INSERT INTO readings SELECT g, date '2024-01-01' + g, 'v' || g"
+            " FROM generate_series(1, 300) g"
+        )
+    table = TableName("public", "readings")
+    p = make_pipeline(tmp_path, dsn, [table.qualified], snapshot="initial",
+                      snapshot_extra="chunk.size: 100\n")  # fmt: skip
+    ingest(p)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO readings VALUES (1001, '2024-02-01', 'a'), (1002, '2024-09-01', 'b')"
+        )
+        conn.execute("UPDATE readings SET v = 'changed' WHERE id % 7 = 0")
+        conn.execute("UPDATE readings SET at = at + 200 WHERE id BETWEEN 100 AND 120")  # moves
+        conn.execute("DELETE FROM readings WHERE id % 11 = 0")
+    ingest(p)
+    deleted = 28  # 27 of 1..300, and 1001
+    assert assert_mirror_equals_source(spark, p.lake, dsn, table) == 302 - deleted
+    checked = p.cdc("validate", "--pipeline", "p")
+    assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
+
+
 def test_a_parent_table_mirrors_its_own_rows_not_its_inheritance_childrens(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
