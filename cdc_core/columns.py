@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
+from cdc_core.name_patterns import checked_pattern, matches_any, split_patterns
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
 Transform = Callable[[str], str]
@@ -41,15 +42,6 @@ ALGORITHMS = {  # Java MessageDigest name -> hashlib name
     "SHA3-384": "sha3_384", "SHA3-512": "sha3_512",
 }  # fmt: skip
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
-
-
-def checked_pattern(pattern: str) -> str:
-    """`pattern`, if it is a regular expression; a ValueError naming it otherwise."""
-    try:
-        re.compile(pattern)
-    except re.error as e:
-        raise ValueError(f"{pattern!r} is not a regular expression: {e}") from e
-    return pattern
 
 
 def truncate(length: int) -> Transform:
@@ -116,7 +108,7 @@ class Rule:
                 "not a column transform: write column.truncate.to.<n>.chars, "
                 "column.mask.with.<n>.chars or column.mask.hash[.v2].<algorithm>.with.salt.<salt>"
             )
-        patterns = tuple(p.strip() for p in value.split(",") if p.strip())
+        patterns = tuple(split_patterns(value))
         if not patterns:
             raise ValueError("list the columns (schema.table.column regular expressions)")
         for p in patterns:
@@ -125,15 +117,20 @@ class Rule:
             raise ValueError(
                 f"unknown hash algorithm {m['algorithm']!r}: use one of {', '.join(ALGORITHMS)}"
             )
+        if m["truncate"] is not None and int(m["truncate"]) == 0:
+            raise ValueError(  # Debezium's TruncateStrings: "Maximum length must be positive"
+                "the length to truncate to must be positive, as in Debezium: to empty the "
+                "values write column.mask.with.0.chars, to drop the column column.exclude.list"
+            )
         return cls(
             key, patterns,
-            truncate=int(m["truncate"]) if m["truncate"] else None,
+            truncate=int(m["truncate"]) if m["truncate"] is not None else None,
             mask=int(m["mask"]) if m["mask"] is not None else None,
             algorithm=m["algorithm"], salt=m["salt"] or "", v2=bool(m["v2"]),
         )  # fmt: skip
 
     def matches(self, column_id: str) -> bool:
-        return any(re.fullmatch(p, column_id) for p in self.patterns)
+        return matches_any(self.patterns, column_id)
 
     def transform(self, column: ColumnDescriptor) -> Transform:
         if self.truncate is not None:
@@ -172,9 +169,9 @@ class ColumnRules:
         for i, c in enumerate(descriptor.columns):
             column_id = prefix + c.name
             always = c.name in descriptor.primary_key or (c.in_identity and not full)
-            if not always and self.include and not _any(self.include, column_id):
+            if not always and self.include and not matches_any(self.include, column_id):
                 continue
-            if not always and _any(self.exclude, column_id):
+            if not always and matches_any(self.exclude, column_id):
                 continue
             keep.append(i)
             if c.base_type in CHARACTER_TYPES and not c.is_array:
@@ -185,10 +182,6 @@ class ColumnRules:
             return None
         kept = replace(descriptor, columns=tuple(descriptor.columns[i] for i in keep))
         return ColumnPlan(kept, tuple(keep), transforms, len(descriptor.columns))
-
-
-def _any(patterns: Sequence[str], name: str) -> bool:
-    return any(re.fullmatch(p, name) for p in patterns)
 
 
 def _chain(transforms: Sequence[Transform]) -> Transform:

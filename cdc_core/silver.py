@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaMergeBuilder, DeltaTable
@@ -28,6 +27,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake, local_path
 from cdc_core.lake_state import committing, read_watermark, table_version
 from cdc_core.lsn import Lsn
+from cdc_core.name_patterns import matches_any
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reader import RESET_PREFIX
 from cdc_core.silver_batch import (
@@ -68,17 +68,15 @@ class SilverSettings:
     soft_delete: bool = False
     register: bool = False
     database: str = "cdc"
-    propagate_columns: tuple[str, ...] = ()  # anchored regexes over schema.table.column
-    propagate_types: tuple[str, ...] = ()  # anchored regexes over schema.table.<type name>
+    propagate_columns: tuple[str, ...] = ()  # anchored, case-insensitive: schema.table.column
+    propagate_types: tuple[str, ...] = ()  # anchored, case-insensitive: schema.table.<type name>
     threads: int = 1  # mirrors merged at once
 
     def propagates(self, table: str, column: SilverColumn) -> bool:
         """Whether the column's silver field metadata carries its source type."""
         name = f"{table}.{column.name}"
         kind = f"{table}.{'_' if column.pg.array else ''}{column.pg.name}"
-        return any(re.fullmatch(p, name) for p in self.propagate_columns) or any(
-            re.fullmatch(p, kind) for p in self.propagate_types
-        )
+        return matches_any(self.propagate_columns, name) or matches_any(self.propagate_types, kind)
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,17 @@ from types import MappingProxyType
 from typing import Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from cdc_core.columns import ColumnRules, Rule, checked_pattern
+from cdc_core.columns import ColumnRules, Rule
 from cdc_core.config.loader import ENV_VALUE, FieldError, meta, suggest
 from cdc_core.config.validate import ValidateConfig
 from cdc_core.identifiers import TableName
+from cdc_core.name_patterns import (
+    checked_pattern,
+    joined_patterns,
+    matches,
+    matches_any,
+    split_patterns,
+)
 
 SnapshotMode = Literal["initial", "always", "initial_only", "no_data", "when_needed"]
 JarsMode = Literal["resolve", "provided"]
@@ -120,14 +127,15 @@ class ByteSize(int):
 
 @dataclass(frozen=True)
 class RegexList:
-    """Comma-separated regular expressions, each matched against a whole name (anchored)."""
+    """Comma-separated regular expressions, each matched against a whole name (anchored),
+    ignoring case, as Debezium matches its lists; `\\,` is a comma inside an expression."""
 
     patterns: tuple[str, ...] = ()
-    type_name = "regexes, anchored: a list or comma-separated"
+    type_name = "regexes, anchored, case-insensitive: a list or comma-separated (\\, for a comma)"
 
     @classmethod
     def parse(cls, text: str) -> RegexList:
-        return cls.from_items(text.split(","))
+        return cls.from_items(split_patterns(text))
 
     @classmethod
     def from_items(cls, items: list[str]) -> RegexList:
@@ -135,13 +143,13 @@ class RegexList:
         return cls(tuple(checked_pattern(p.strip()) for p in items if p.strip()))
 
     def matches(self, name: str) -> bool:
-        return any(re.fullmatch(p, name) for p in self.patterns)
+        return matches_any(self.patterns, name)
 
     def __bool__(self) -> bool:
         return bool(self.patterns)
 
     def __str__(self) -> str:
-        return ",".join(self.patterns)
+        return joined_patterns(self.patterns)
 
 
 @dataclass(frozen=True)
@@ -195,7 +203,7 @@ class KeyColumns:
         """The key columns configured for `table` (the first entry that matches), or None."""
         qualified = f"{table.schema}.{table.name}"
         for pattern, columns in self.entries:
-            if re.fullmatch(pattern, qualified):
+            if matches(pattern, qualified):
                 return columns
         return None
 
@@ -240,7 +248,7 @@ class IdentityRules:
     def for_table(self, table: TableName) -> str | None:
         """The replica identity to set on `table` (first matching entry), or None."""
         qualified = f"{table.schema}.{table.name}"
-        return next((v for p, v in self.entries if re.fullmatch(p, qualified)), None)
+        return next((v for p, v in self.entries if matches(p, qualified)), None)
 
     def __bool__(self) -> bool:
         return bool(self.entries)
@@ -355,8 +363,9 @@ class SourceConfig:
     column_transforms: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}),
         metadata=meta("Debezium's value transforms, each a key written as in Debezium with "
-                      "the schema.table.column expressions it applies to: "
-                      "column.truncate.to.<n>.chars, column.mask.with.<n>.chars, "
+                      "the schema.table.column expressions it applies to (comma-separated, "
+                      "anchored, case-insensitive): column.truncate.to.<n>.chars (n at least "
+                      "1), column.mask.with.<n>.chars, "
                       "column.mask.hash.<algorithm>.with.salt.<salt> (hash v1) and "
                       "column.mask.hash.v2.<algorithm>.with.salt.<salt>; character columns "
                       "only, applied before staging", key="column.transforms",
@@ -365,18 +374,19 @@ class SourceConfig:
     )  # fmt: skip
     message_key_columns: KeyColumns = field(
         default=KeyColumns(),
-        metadata=meta("the key of tables whose schema.table matches: replaces the primary key, "
-                      "or gives a table without one a key (silver then MERGEs on it). Its "
-                      "columns must be in the replica identity (REPLICA IDENTITY FULL for "
-                      "columns outside the primary key), or deletes could not find their row",
+        metadata=meta("the key of tables whose schema.table matches (anchored, "
+                      "case-insensitive): replaces the primary key, or gives a table without "
+                      "one a key (silver then MERGEs on it). Its columns must be in the "
+                      "replica identity (REPLICA IDENTITY FULL for columns outside the "
+                      "primary key), or deletes could not find their row",
                       key="message.key.columns", debezium="message.key.columns",
                       example="public.events:event_id;public\\.audit_.*:id,at"),
     )  # fmt: skip
     replica_identity_autoset_values: IdentityRules = field(
         default=IdentityRules(),
         metadata=meta("REPLICA IDENTITY set at the start of every run on the tables whose "
-                      "schema.table matches (when the role may: it must own them), e.g. "
-                      "public.*:FULL,public.orders:INDEX orders_uk",
+                      "schema.table matches (anchored, case-insensitive; when the role may: "
+                      "it must own them), e.g. public.*:FULL,public.orders:INDEX orders_uk",
                       key="replica.identity.autoset.values",
                       debezium="replica.identity.autoset.values"),
     )  # fmt: skip

@@ -83,6 +83,45 @@ def test_bad_rules_say_what_is_wrong(key: str, fragment: str) -> None:
         Rule.parse(key, "public.t.c")
 
 
+def test_truncating_to_zero_characters_is_refused_as_in_debezium() -> None:
+    with pytest.raises(ValueError, match=r"must be positive.*column\.mask\.with\.0\.chars"):
+        Rule.parse("column.truncate.to.0.chars", "public.t.c")
+    with pytest.raises(ValueError, match="must be positive"):
+        Rule.parse("column.truncate.to.00.chars", "public.t.c")
+
+
+def test_an_escaped_comma_belongs_to_the_expression() -> None:
+    rule = Rule.parse("column.mask.with.3.chars", r"public\.t\.c{1\,2}, public\.t\.x")
+    assert rule.patterns == (r"public\.t\.c{1,2}", r"public\.t\.x")
+    assert rule.matches("public.t.cc")
+    assert not rule.matches("public.t.ccc")
+
+
+CUSTOMERS = RelationDescriptor(
+    1, 0, "public", "Customers", po.ReplicaIdentity.DEFAULT,
+    (column("id", key=True), column("Email"), column("Notes"), column("SSN")), ("id",),
+)  # fmt: skip
+
+
+def test_lower_case_rules_mask_and_drop_mixed_case_columns_as_in_debezium() -> None:
+    rules = ColumnRules(
+        exclude=(r"public\.customers\.ssn",),
+        rules=(Rule.parse("column.mask.with.3.chars", r"public\.customers\.email"),
+               Rule.parse("column.truncate.to.2.chars", r"PUBLIC\.CUSTOMERS\.NOTES")),
+    )  # fmt: skip
+    plan = rules.plan(CUSTOMERS)
+    assert plan is not None
+    assert [c.name for c in plan.descriptor.columns] == ["id", "Email", "Notes"]
+    row = {"id": "1", "Email": "ann@example.com", "Notes": "vip", "SSN": "123-45-6789"}
+    assert plan.text(row) == {"id": "1", "Email": "***", "Notes": "vi"}
+
+
+def test_a_lower_case_include_list_keeps_mixed_case_columns() -> None:
+    plan = ColumnRules(include=(r"public\.customers\.(id|email)",)).plan(CUSTOMERS)
+    assert plan is not None
+    assert [c.name for c in plan.descriptor.columns] == ["id", "Email"]
+
+
 def describe(rel: po.Relation, type_names: dict[int, str]) -> RelationDescriptor:
     columns = tuple(
         ColumnDescriptor(c.name, c.type_oid, c.type_modifier, str(c.type_oid), c.is_key,

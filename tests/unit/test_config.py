@@ -9,7 +9,9 @@ import pytest
 
 from cdc_core.config import load_env, load_pipeline
 from cdc_core.errors import ConfigError
+from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
+from cdc_core.pg.pgoutput import ReplicaIdentity
 
 CONTRACT = """\
 name: orders
@@ -508,6 +510,8 @@ def test_table_and_schema_filters_narrow_the_tables(tmp_path: Path) -> None:
         ("  replica.identity.autoset.values: public.t:HALF\n",
          "source.replica.identity.autoset.values", "FULL, DEFAULT, NOTHING or INDEX"),
         ("  heartbeat.interval.ms: -5\n", "source.heartbeat.interval.ms", "negative"),
+        ("  column.transforms:\n    column.truncate.to.0.chars: public.t.c\n",
+         "source.column.transforms.column.truncate.to.0.chars", "must be positive"),
     ],
 )  # fmt: skip
 def test_misconfigured_filters_fail_at_load_naming_file_and_key(
@@ -537,3 +541,59 @@ def test_replica_identity_rules_match_tables_in_order(tmp_path: Path) -> None:
     assert rules.for_table(TableName("public", "orders")) == "INDEX orders_uk"
     assert rules.for_table(TableName("public", "customers")) == "FULL"
     assert rules.for_table(TableName("sales", "x")) is None
+
+
+def test_table_and_schema_lists_match_names_in_any_case_as_in_debezium(tmp_path: Path) -> None:
+    pipeline = _with_source("  table.include.list: PUBLIC\\.Orders,Public\\.CUSTOMERS\n")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.source.tables == (
+        TableName("public", "customers"), TableName("public", "orders"),
+    )  # fmt: skip
+    assert "leave no table" in load_error(tmp_path, _with_source("  schema.exclude.list: PUBLIC\n"))
+
+
+def test_an_escaped_comma_stays_inside_a_comma_separated_expression(tmp_path: Path) -> None:
+    pipeline = _with_source("  table.include.list: public\\.ord.{1\\,3}s,public\\.customers\n")
+    source = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert source.pipeline.source.table_include_list.patterns == (
+        r"public\.ord.{1,3}s", r"public\.customers",
+    )  # fmt: skip
+    assert (
+        str(source.pipeline.source.table_include_list) == r"public\.ord.{1\,3}s,public\.customers"
+    )
+    assert source.pipeline.source.tables == (
+        TableName("public", "customers"), TableName("public", "orders"),
+    )  # fmt: skip
+
+
+def test_column_rules_from_the_file_mask_and_drop_mixed_case_columns(tmp_path: Path) -> None:
+    pipeline = _with_source(
+        "  column.exclude.list: public.customers.ssn\n"
+        "  column.transforms:\n    column.mask.with.4.chars: public.customers.email\n"
+    )
+    source = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    columns = tuple(
+        ColumnDescriptor(name, 25, -1, "text", name == "id") for name in ("id", "Email", "SSN")
+    )
+    customers = RelationDescriptor(
+        1, 0, "public", "customers", ReplicaIdentity.DEFAULT, columns, ("id",)
+    )
+    plan = source.pipeline.source.column_rules().plan(customers)
+    assert plan is not None
+    assert plan.text({"id": "1", "Email": "ann@example.com", "SSN": "123"}) == {
+        "id": "1", "Email": "****",
+    }  # fmt: skip
+
+
+def test_message_prefixes_keys_and_identity_rules_match_in_any_case(tmp_path: Path) -> None:
+    pipeline = _with_source(
+        "  message.prefix.include.list: outbox.*\n"
+        "  message.key.columns: PUBLIC.ORDERS:id\n"
+        "  replica.identity.autoset.values: Public.Orders:FULL\n"
+    )
+    source = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert source.pipeline.source.keeps_message("Outbox-1")
+    assert not source.pipeline.source.keeps_message("audit")
+    orders = TableName("public", "orders")
+    assert source.pipeline.source.message_key_columns.for_table(orders) == ("id",)
+    assert source.pipeline.source.replica_identity_autoset_values.for_table(orders) == "FULL"

@@ -46,3 +46,5 @@ def test_columns_are_chosen_by_name_or_by_type() -> None:
     assert settings.propagates("public.u", col("n", num))
     assert not settings.propagates("public.u", col("n", ColumnType("numeric", "b", -1, True)))
     assert not SilverSettings().propagates("public.t", col("a", text))
+    assert settings.propagates("public.t", col("A", text))  # any case, as in Debezium
+    assert settings.propagates("public.u", col("n", ColumnType("NUMERIC", "b", -1, False)))
