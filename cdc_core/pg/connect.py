@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psycopg
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_core.config import Dsn
 from cdc_core.errors import TerminalError, TransientError
@@ -24,8 +24,13 @@ VALUE_SETTINGS = {
     # them (`snapshot_read.for_jdbc`); the server's default since 9.1
     "standard_conforming_strings": "on",
 }
-VALUE_OPTIONS = " ".join(f"-c {k}={v}" for k, v in VALUE_SETTINGS.items())
-VALUE_SET = "; ".join(f"SET {k} = '{v}'" for k, v in VALUE_SETTINGS.items())
+# Every session of the product's: it keeps sessions and transactions idle by design (a catalog
+# session while the slot is read, a snapshot's coordinator while its chunks are read), which a
+# role's idle timeouts, meant for applications, would end mid-run, and on every run again.
+SESSION_SETTINGS = {"idle_session_timeout": "0", "idle_in_transaction_session_timeout": "0"}
+SESSION_OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
+VALUE_OPTIONS = " ".join(f"-c {k}={v}" for k, v in {**VALUE_SETTINGS, **SESSION_SETTINGS}.items())
+VALUE_SET = "; ".join(f"SET {k} = '{v}'" for k, v in {**VALUE_SETTINGS, **SESSION_SETTINGS}.items())
 """The same as statements, for a client that sends settings of its own after `options` (JDBC
 sends the JVM's TimeZone)."""
 
@@ -41,12 +46,14 @@ def connect(
     that does not quote it (libpq's message may quote a piece of the password).
     """
     try:
+        own = conninfo_to_dict(dsn.conninfo).get("options")  # the source's own, kept first
+        ours = VALUE_OPTIONS if replication or values else SESSION_OPTIONS
         conninfo = make_conninfo(
             dsn.conninfo,
             application_name=APPLICATION_NAME,
             connect_timeout=CONNECT_TIMEOUT_S,
             **({"replication": "database"} if replication else {}),
-            **({"options": VALUE_OPTIONS} if replication or values else {}),
+            options=f"{own} {ours}" if own else ours,
         )
     except psycopg.ProgrammingError as e:
         raise TerminalError(malformed(e)) from None

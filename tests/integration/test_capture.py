@@ -23,6 +23,7 @@ from cdc_core.config import Dsn
 from cdc_core.errors import SetupError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.pg.connect import connect
 from cdc_core.pg.local import throwaway_cluster
 from cdc_core.pg.replication import Checkpoint, SqlSource, StreamSource
 from cdc_core.pg.slot import slot_state
@@ -336,6 +337,42 @@ def test_where_a_reader_starts_is_recorded_before_the_slot_moves_there(
     recorded = read_json(stream_file(lake))
     assert recorded is not None, "the slot moved with nothing recorded"
     assert Lsn.parse(recorded["confirmed"]) >= start
+
+
+def test_a_roles_timeouts_do_not_end_the_products_own_sessions(pg: PgServer, database: str) -> None:
+    """Timeouts a DBA sets on a role for applications: the product's sessions sit idle, and
+    hold transactions idle, by design; a peek lasts as long as decoding its largest
+    transaction. Each of these failed the same way on every run."""
+    dsn = pg.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE timed (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION timed FOR TABLE timed")
+        conn.execute("SELECT pg_create_logical_replication_slot('timed', 'pgoutput')")
+        conn.execute("INSERT INTO timed SELECT generate_series(1, 200000)")  # one transaction
+        conn.execute(
+            f"ALTER ROLE postgres IN DATABASE {database} SET statement_timeout = '50ms';"
+            f" ALTER ROLE postgres IN DATABASE {database} SET idle_session_timeout = '100ms';"
+            f" ALTER ROLE postgres IN DATABASE {database} SET"
+            " idle_in_transaction_session_timeout = '100ms'"
+        )
+    for values, replication in [(False, False), (True, False), (False, True)]:
+        with connect(Dsn(dsn), values=values, replication=replication) as session:
+            for setting in ("idle_session_timeout", "idle_in_transaction_session_timeout"):
+                assert session.execute(f"SHOW {setting}").fetchone() == ("0",)
+            if not replication:
+                with session.transaction():
+                    time.sleep(0.3)  # idle in a transaction, then idle
+                time.sleep(0.3)
+                assert session.execute("SELECT 1").fetchone() == (1,)
+
+    source = SqlSource(Dsn(dsn), "timed", "timed")
+    source.open(Lsn(0))
+    try:
+        events = [e for e in source.events() if isinstance(e, list)]
+    finally:
+        source.close()
+    inserts = sum(1 for batch in events for _, message in batch if message[:1] == b"I")
+    assert inserts == 200000  # one peek, one transaction: far longer than 50 ms to decode
 
 
 def test_a_quiet_pipeline_does_not_pin_wal(pg: PgServer, database: str, tmp_path: Path) -> None:
