@@ -20,12 +20,13 @@ import psycopg
 from cdc_core import faults
 from cdc_core.config import Config
 from cdc_core.errors import TerminalError, TransientError
-from cdc_core.events import ChangeChunk
+from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg import catalog
 from cdc_core.pg.connect import connect
+from cdc_core.pg.identity import identity_problem
 from cdc_core.pg.replication import CaughtUp, Checkpoint, Event, SqlSource, StreamSource
 from cdc_core.pg.slot import (
     advance_slot,
@@ -187,10 +188,8 @@ def _capture_until(
     with connect(source.dsn) as catalog_conn:
         assembler = Assembler(
             source.tables,
-            lambda rel, types: catalog.describe_relation(catalog_conn, rel, types).keyed(
-                source.message_key_columns.for_table(
-                    TableName(rel.namespace or "pg_catalog", rel.name)
-                )
+            lambda rel, types: _described(
+                config, catalog.describe_relation(catalog_conn, rel, types)
             ),
             skip_before=stager.published_end,
             stop_at=end,
@@ -207,6 +206,32 @@ def _capture_until(
             reader.confirm(stager.durable_end())
         finally:
             reader.close()
+
+
+def _described(config: Config, described: RelationDescriptor) -> RelationDescriptor:
+    """A captured table's shape keyed as its events are (message.key.columns, else the primary
+    key); a TerminalError when the identity the stream sent it with leaves that key out of its
+    deletes (set while the pipeline ran, or before the run found it fixed): capture stops before
+    any later change of the table is staged, and the slot stays before it."""
+    table = TableName(described.schema, described.table)
+    key = config.pipeline.source.message_key_columns.for_table(table)
+    problem = identity_problem(
+        table, described.replica_identity,
+        key if key is not None else described.primary_key,
+        tuple(c.name for c in described.columns if c.in_identity),
+        primary_key=described.primary_key,
+    )  # fmt: skip
+    if problem:
+        raise TerminalError(
+            f"pipeline {config.pipeline.name}: the stream holds changes of {table} made under a "
+            f"replica identity set while the pipeline ran (or before it was fixed): {problem} "
+            f"(if it still is). Capture stopped before them; they cannot be mirrored: take "
+            f"{table} out of source.tables and run once (the stream passes them by), then put it "
+            "back: the next run snapshots it again as a new table (unless snapshot.mode is "
+            "no_data). Rows deleted meanwhile stay in its mirror unless you rebuild it: drop its "
+            f"silver directory and `cdc snapshot --pipeline {config.pipeline.name} --table {table}`"
+        )
+    return described.keyed(key)
 
 
 @dataclass

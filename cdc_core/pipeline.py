@@ -40,8 +40,10 @@ from cdc_core.metrics import (
     record_batch,
     write_prometheus,
 )
+from cdc_core.pg.catalog import TableInfo, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import Check, run_doctor
+from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import autoset_replica_identity
 from cdc_core.run_lock import run_lock
 from cdc_core.start import start
@@ -146,7 +148,7 @@ def _check_source(config: Config) -> None:
         log.error("%s: %s, and the table is published already: its mirror stops until fixed, "
                   "other tables go on (%s)", c.name, c.detail, c.fix)  # fmt: skip
     if any(c not in late for c in failures):
-        failed = ", ".join(c.name for c in failures if c not in late)
+        failed = "; ".join(f"{c.name}: {c.detail}" for c in failures if c not in late)
         raise TerminalError(
             f"pipeline {pipeline.name}: the source is not ready ({failed}); "
             f"run `cdc doctor --pipeline {pipeline.name}` for the fixes"
@@ -154,11 +156,17 @@ def _check_source(config: Config) -> None:
 
 
 def _published_without_key(source: SourceConfig, failures: list[Check]) -> list[Check]:
-    """The replica identity failures of tables already in the publication. The doctor refuses
-    a table without a key before publishing it would break the source's UPDATE and DELETE;
-    once published (its key dropped since), that has happened, and silver stops its mirror."""
+    """The replica identity failures of tables already in the publication whose identity carries
+    no key. The doctor refuses such a table before publishing it would break the source's UPDATE
+    and DELETE; once published (its key dropped since), that has happened, and silver stops its
+    mirror. An identity that leaves the key out of deletes the source allows still stops the run
+    (`identity_problem`): the mirror would keep deleted rows."""
     prefix = "replica_identity "
-    candidates = [c for c in failures if c.name.startswith(prefix)]
+    candidates = {
+        c: TableName.parse(c.name.removeprefix(prefix))
+        for c in failures
+        if c.name.startswith(prefix)
+    }
     if not candidates:
         return []
     with connect(source.dsn) as conn:
@@ -167,8 +175,19 @@ def _published_without_key(source: SourceConfig, failures: list[Check]) -> list[
             "WHERE pubname = %s",
             (source.publication,),
         ).fetchall()
-    published = {str(TableName(str(s), str(t))) for s, t in rows}
-    return [c for c in candidates if c.name.removeprefix(prefix) in published]
+        infos = table_info(conn, list(candidates.values()))
+    published = {TableName(str(s), str(t)) for s, t in rows}
+    return [
+        c for c, t in candidates.items()
+        if t in published and not _leaves_key_out(infos[t], source)
+    ]  # fmt: skip
+
+
+def _leaves_key_out(info: TableInfo | None, source: SourceConfig) -> bool:
+    if info is None:
+        return False
+    key = source.message_key_columns.for_table(info.name)
+    return table_identity_problem(info, key) is not None
 
 
 def _continuous(

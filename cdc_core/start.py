@@ -23,7 +23,7 @@ from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.catalog import own_rows, table_columns, table_info
 from cdc_core.pg.connect import connect
-from cdc_core.pg.pgoutput import ReplicaIdentity
+from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
 from cdc_core.reader import RESET_PREFIX
 from cdc_core.signals import SignalProblem, SnapshotRequest, StopRequest, parse_signal, read_signals
@@ -74,7 +74,7 @@ def start(config: Config, lake: Lake) -> RunStart:
             ensure_publication(
                 conn, source.publication, source.tables, source.publication_autocreate_mode
             )
-            _check_keys(conn, config)
+            _check_identities(conn, config)
             if decision.new_slot:
                 _new_slot(conn, config, lake)
             slot = ensure_slot(conn, source.slot)
@@ -121,32 +121,28 @@ def _slot_trouble(slot: SlotState | None, name: str) -> str:
     return f"replication slot {name} was recreated (it starts after the stored position); "
 
 
-def _check_keys(conn: Conn, config: Config) -> None:
-    """Every message.key.columns override names columns the table has, and its deletes carry."""
+def _check_identities(conn: Conn, config: Config) -> None:
+    """Every message.key.columns override names columns the table has, and every captured
+    table's deletes carry the key its mirror matches them by (`identity_problem`)."""
     source = config.pipeline.source
-    overrides = {t: source.message_key_columns.for_table(t) for t in source.tables}
-    wanted = [t for t, k in overrides.items() if k]
-    for table, info in table_info(conn, wanted).items():
-        key = overrides[table] or ()
+    for table, info in table_info(conn, source.tables).items():
         if info is None:
             continue  # the doctor names missing tables
-        names = [c.name for c in table_columns(conn, table)]
-        missing = [c for c in key if c not in names]
+        key = source.message_key_columns.for_table(table)
         where = f"{config.pipeline_file}: source.message.key.columns"
-        if missing:
-            raise TerminalError(
-                f"{where}: {table} has no column {', '.join(missing)} (its columns: "
-                f"{', '.join(names)})"
-            )
-        if info.replica_identity is ReplicaIdentity.FULL:
-            continue
-        outside = [c for c in key if c not in info.identity_columns]
-        if outside:
-            raise TerminalError(
-                f"{where}: key column {', '.join(outside)} of {table} is not in its replica "
-                f"identity ({info.replica_identity.name}), so a delete would not carry it: run "
-                f"ALTER TABLE {table} REPLICA IDENTITY FULL, or key it by its replica identity"
-            )
+        if not key:
+            where = f"pipeline {config.pipeline.name}"
+        else:
+            names = [c.name for c in table_columns(conn, table)]
+            missing = [c for c in key if c not in names]
+            if missing:
+                raise TerminalError(
+                    f"{where}: {table} has no column {', '.join(missing)} (its columns: "
+                    f"{', '.join(names)})"
+                )
+        problem = table_identity_problem(info, key)
+        if problem:
+            raise TerminalError(f"{where}: {problem}")
 
 
 def _new_slot(conn: Conn, config: Config, lake: Lake) -> None:

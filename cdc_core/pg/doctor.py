@@ -21,6 +21,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection, RoleInfo, TableInfo
 from cdc_core.pg.connect import connect
+from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pg.slot import VIA_ROOT, identity_change, published
 from cdc_core.signals import signal_table_ddl
@@ -402,6 +403,9 @@ def _identity(ctx: _Context, t: TableName, info: TableInfo | None) -> Check:
             f"\n{SHARED_OWNERSHIP}"
         )
         return Check(name, "fail", detail, fix)
+    problem = table_identity_problem(info, ctx.source.message_key_columns.for_table(t))
+    if problem:
+        return Check(name, "fail", problem, _identity_fix(ctx, info))
     ident, pk = info.replica_identity, info.primary_key
     if ident is ReplicaIdentity.FULL:
         return Check(name, "pass", "FULL" + (f", primary key ({_cols(pk)})" if pk else ""))
@@ -420,6 +424,18 @@ def _identity(ctx: _Context, t: TableName, info: TableInfo | None) -> Check:
     fix += "" if pk else "\nor add a primary key"
     fix += "" if info.is_owner else f"\n(run as {_q(info.owner)}, its owner)"
     return Check(name, "fail", f"{why}: UPDATE and DELETE events would carry no key", fix)
+
+
+def _identity_fix(ctx: _Context, info: TableInfo) -> str:
+    """The identity that carries the table's key: its primary key's, or whole old rows."""
+    key = ctx.source.message_key_columns.for_table(info.name)
+    by_pk = info.primary_key and set(key or info.primary_key) <= set(info.primary_key)
+    target = sql.SQL("DEFAULT" if by_pk else "FULL")
+    fix = ctx.render("ALTER TABLE {} REPLICA IDENTITY {};", _table_id(info.name), target)
+    if info.identity_columns:
+        override = f"{re.escape(info.name.qualified)}:{','.join(info.identity_columns)}"
+        fix += f"\nor {ctx.pipeline_file}: source.message.key.columns: {override}"
+    return fix + ("" if info.is_owner else f"\n(run as {_q(info.owner)}, its owner)")
 
 
 def _signal_table(ctx: _Context) -> list[Check]:

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from cdc_core.capture import _Recording
-from cdc_core.config import Dsn
-from cdc_core.errors import SetupError
+from cdc_core.config import Dsn, load_pipeline
+from cdc_core.errors import SetupError, TerminalError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import connect
@@ -30,11 +30,12 @@ from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
 from cdc_core.stager import read_metadata, staged_files
+from cdc_core.start import start
 from cdc_core.state import read_json, stream_file
 from tests.conftest import unavailable
 from tests.integration.conftest import PgServer
 from tests.integration.ground_truth import comparable, create_truth_slot, read_truth, staged_changes
-from tests.integration.harness import Pipeline, make_pipeline
+from tests.integration.harness import Pipeline, make_pipeline, sql
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_TABLES = ["public.customers", "public.orders", "public.order_items"]
@@ -455,6 +456,72 @@ def test_a_table_without_a_key_is_refused_before_it_breaks_the_source(
     assert "cdc doctor --pipeline p" in run.stderr
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE nokey SET a = 2")  # still works: nothing published it
+
+
+USERS = (
+    "CREATE TABLE users (id int PRIMARY KEY, email text NOT NULL)",
+    "CREATE UNIQUE INDEX users_email ON users (email)",
+)
+
+
+def test_a_replica_identity_that_leaves_the_key_out_of_deletes_is_refused(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, *USERS, "ALTER TABLE users REPLICA IDENTITY USING INDEX users_email")
+    p = make_pipeline(tmp_path, dsn, ["public.users"])
+
+    run = p.ingest("--capture-only")
+
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "key column id of public.users is not in its replica identity (USING INDEX" in run.stderr
+    assert "Run ALTER TABLE public.users REPLICA IDENTITY DEFAULT" in run.stderr
+
+
+def test_every_start_refuses_an_identity_that_leaves_the_key_out_of_deletes(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, *USERS)
+    p = make_pipeline(tmp_path, dsn, ["public.users"])
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "ALTER TABLE users REPLICA IDENTITY USING INDEX users_email")  # between two batches
+
+    with pytest.raises(TerminalError) as refused:
+        start(load_pipeline("p", "local", home=tmp_path), p.lake)
+
+    assert str(refused.value).startswith(
+        "pipeline p: key column id of public.users is not in its replica identity "
+        "(USING INDEX users_email (email))"
+    )
+
+
+def test_changes_made_under_an_identity_without_the_key_stop_capture_before_them(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, *USERS)
+    p = make_pipeline(tmp_path, dsn, ["public.users"])
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO users VALUES (1, 'a'), (2, 'b')")
+    with psycopg.connect(dsn) as conn:
+        before = Lsn.parse(str(conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]))  # type: ignore[index]
+    sql(
+        dsn,
+        "ALTER TABLE users REPLICA IDENTITY USING INDEX users_email",
+        "DELETE FROM users WHERE id = 1",  # its old key: the email alone
+        "ALTER TABLE users REPLICA IDENTITY DEFAULT",  # fixed before the run: it starts
+        "INSERT INTO users VALUES (3, 'c')",
+    )
+
+    run = p.ingest("--capture-only")
+
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "the stream holds changes of public.users made under a replica identity" in run.stderr
+    assert "key column id of public.users is not in its replica identity" in run.stderr
+    assert "take public.users out of source.tables and run once" in run.stderr
+    assert [c for c in staged_changes(p.changes) if c.op == "d"] == []
+    assert p.confirmed() <= before, "the slot moved past changes nothing staged"
 
 
 def test_a_server_restart_mid_run_is_retried_within_the_run(tmp_path: Path) -> None:

@@ -146,20 +146,68 @@ def test_a_primary_key_with_replica_identity_nothing_fails(
     assert result.fix == 'ALTER TABLE "public"."orders" REPLICA IDENTITY DEFAULT;'
 
 
-def test_replica_identity_using_a_unique_index_passes(
+SKUS = """
+    CREATE TABLE skus (code text NOT NULL, region text NOT NULL, price numeric);
+    CREATE UNIQUE INDEX skus_code_region ON skus (code, region);
+    ALTER TABLE skus REPLICA IDENTITY USING INDEX skus_code_region;
+"""
+
+
+def test_replica_identity_using_a_unique_index_passes_when_the_table_is_keyed_by_it(
     pg: PgServer, shop: str, tmp_path: Path
 ) -> None:
-    run(pg, shop, """
-        CREATE TABLE skus (code text NOT NULL, region text NOT NULL, price numeric);
-        CREATE UNIQUE INDEX skus_code_region ON skus (code, region);
-        ALTER TABLE skus REPLICA IDENTITY USING INDEX skus_code_region;
-    """)  # fmt: skip
+    run(pg, shop, SKUS)
+    keyed = {"source": {"message.key.columns": "public.skus:code,region"}}
 
-    report = run_doctor(make_config(tmp_path, pg.dsn(shop), ["public.skus"]))
+    report = run_doctor(make_config(tmp_path, pg.dsn(shop), ["public.skus"], sections=keyed))
 
     result = check(report, "replica_identity public.skus")
     assert result.status == "pass"
     assert result.detail == 'USING INDEX skus_code_region ("code", "region")'
+
+
+def test_a_table_without_a_key_under_using_index_fails_with_full(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    run(pg, shop, SKUS)  # deletes carry only (code, region): whole rows would never match
+
+    result = check(
+        run_doctor(make_config(tmp_path, pg.dsn(shop), ["public.skus"])),
+        "replica_identity public.skus",
+    )
+
+    assert result.status == "fail"
+    assert "no primary key and REPLICA IDENTITY USING INDEX skus_code_region" in result.detail
+    assert "the mirror would keep deleted rows" in result.detail
+    assert result.fix is not None
+    assert result.fix.splitlines() == [
+        'ALTER TABLE "public"."skus" REPLICA IDENTITY FULL;',
+        "or pipelines/orders.yaml: source.message.key.columns: public\\.skus:code,region",
+    ]
+
+
+def test_a_primary_key_outside_the_using_index_fails_with_default(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    run(pg, shop, """
+        ALTER TABLE customers ADD COLUMN email text NOT NULL DEFAULT '';
+        CREATE UNIQUE INDEX customers_email ON customers (email);
+        ALTER TABLE customers REPLICA IDENTITY USING INDEX customers_email;
+    """)  # fmt: skip
+    config = make_config(tmp_path, pg.dsn(shop))
+
+    result = check(run_doctor(config), "replica_identity public.customers")
+
+    assert result.status == "fail"
+    assert result.detail.startswith(
+        "key column id of public.customers is not in its replica identity "
+        "(USING INDEX customers_email (email))"
+    )
+    assert result.fix is not None
+    fix = result.fix.splitlines()[0]
+    assert fix == 'ALTER TABLE "public"."customers" REPLICA IDENTITY DEFAULT;'
+    run(pg, shop, fix)
+    assert run_doctor(config).ok
 
 
 def test_a_missing_table_is_named_with_a_close_match(
