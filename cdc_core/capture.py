@@ -30,13 +30,14 @@ from cdc_core.pg.replication import CaughtUp, Checkpoint, Event, SqlSource, Stre
 from cdc_core.pg.slot import (
     advance_slot,
     ensure_publication,
-    ensure_slot,
     flush_position,
     next_xid,
     slot_state,
+    usable_slot,
 )
 from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budget
 from cdc_core.stager import Limits, StagedFile, Stager, XidFloor
+from cdc_core.start import slot_missing
 from cdc_core.state import heartbeat_file, read_json, record_confirmed, write_json
 from cdc_core.transient import transient_failures
 
@@ -119,14 +120,16 @@ def heartbeat(config: Config, lake: Lake, *, now_ms: int | None = None) -> bool:
 
 
 def capture(config: Config, lake: Lake) -> CaptureSummary:
-    """Stage every change committed before the WAL flush position seen at start (`--once`)."""
+    """Stage every change committed before the WAL flush position seen at start (`--once`).
+    The slot must exist: a missing one (dropped since `start`) stops the run, never recreated."""
     started = time.monotonic()
     source = config.pipeline.source
     with connect(source.dsn) as conn:
         ensure_publication(
             conn, source.publication, source.tables, source.publication_autocreate_mode
         )
-        ensure_slot(conn, source.slot)
+        if usable_slot(conn, source.slot) is None:  # only a run's start creates the slot
+            raise slot_missing(config)
         end = flush_position(conn)
         floor = XidFloor(end, next_xid(conn))  # the id taken after `end` is read
         database = catalog.current_database(conn).name

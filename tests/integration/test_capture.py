@@ -18,9 +18,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc_core.capture import _Recording
-from cdc_core.config import Dsn
-from cdc_core.errors import SetupError
+from cdc_core.capture import _Recording, capture
+from cdc_core.config import Dsn, load_pipeline
+from cdc_core.errors import SetupError, TerminalError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.local import throwaway_cluster
@@ -29,11 +29,12 @@ from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
 from cdc_core.stager import read_metadata, staged_files
+from cdc_core.start import start
 from cdc_core.state import read_json, stream_file
 from tests.conftest import unavailable
 from tests.integration.conftest import PgServer
 from tests.integration.ground_truth import comparable, create_truth_slot, read_truth, staged_changes
-from tests.integration.harness import Pipeline, make_pipeline
+from tests.integration.harness import Pipeline, make_pipeline, sql
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOP_TABLES = ["public.customers", "public.orders", "public.order_items"]
@@ -336,6 +337,41 @@ def test_where_a_reader_starts_is_recorded_before_the_slot_moves_there(
     recorded = read_json(stream_file(lake))
     assert recorded is not None, "the slot moved with nothing recorded"
     assert Lsn.parse(recorded["confirmed"]) >= start
+
+
+@pytest.mark.parametrize("reader", ["stream", "sql"])
+def test_a_slot_dropped_after_start_stops_the_capture_and_is_not_recreated(
+    pg: PgServer, database: str, tmp_path: Path, reader: str
+) -> None:
+    """Between a run's start and a capture (each snapshot group's catch-up, while the slot sits
+    inactive) the slot is dropped. A slot the capture created would hold none of the changes
+    in between, and the positions recorded from it would hide the gap from the next start."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"], source_extra=f"reader: {reader}\n")
+    config = load_pipeline("p", "local", home=tmp_path)
+    start(config, p.lake)
+    capture(config, p.lake)
+    start(config, p.lake)
+    sql(dsn, "INSERT INTO items VALUES (1, 'lost')")
+    sql(dsn, f"SELECT pg_drop_replication_slot('{p.slot}')")
+    sql(dsn, "INSERT INTO items VALUES (2, 'after the drop')")
+    recorded = read_json(stream_file(p.lake))
+
+    with pytest.raises(TerminalError) as stopped:
+        capture(config, p.lake)
+
+    assert str(stopped.value).startswith(
+        f"pipeline p: replication slot {p.slot} does not exist; the slot no longer has the "
+        "stored position"
+    )
+    assert "Set snapshot.mode: when_needed" in str(stopped.value)  # the way out, as start says
+    with psycopg.connect(dsn) as conn:
+        assert slot_state(conn, p.slot) is None
+    assert read_json(stream_file(p.lake)) == recorded
+    assert staged_files(p.changes) == []
+    with pytest.raises(TerminalError, match=f"replication slot {p.slot} does not exist"):
+        start(config, p.lake)  # snapshot.mode no_data: the next run stops too
 
 
 def test_a_quiet_pipeline_does_not_pin_wal(pg: PgServer, database: str, tmp_path: Path) -> None:
