@@ -3,7 +3,8 @@
 The slot's confirmed position moves only to what is durably staged, and past WAL that holds no
 captured change (the server's own position once nothing is pending), so a quiet pipeline never
 pins WAL. A transient failure (lost connection, server restart) drops the half-written file
-and resumes from the last durable position, a few times, before the run gives up (exit 75).
+and resumes from the last durable position, a few times, before the run gives up (exit 75);
+any other failure drops the file too, and stops the run.
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
             wait = min(30.0, settings.retry_backoff_s * 2**attempt)
             log.warning("capture interrupted (%s); retrying in %.1f s", e, wait)
             time.sleep(wait)
+        except BaseException:  # a full disk, say: the half-written file must not keep it full
+            stager.abort()
+            raise
     try:
         confirmed = _settle_confirmation(config, lake, stager.durable_end())
     except TransientError as e:  # everything is staged; the next run confirms what this did not

@@ -6,6 +6,7 @@ users run it, `python jobs/ingest.py --pipeline NAME`, in a child process.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import random
@@ -18,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from cdc_core import faults
 from cdc_core.capture import _Recording, capture
 from cdc_core.config import Dsn, load_pipeline
 from cdc_core.errors import SetupError, TerminalError
@@ -372,6 +374,35 @@ def test_a_slot_dropped_after_start_stops_the_capture_and_is_not_recreated(
     assert staged_files(p.changes) == []
     with pytest.raises(TerminalError, match=f"replication slot {p.slot} does not exist"):
         start(config, p.lake)  # snapshot.mode no_data: the next run stops too
+
+
+def test_a_full_disk_while_staging_leaves_no_half_written_file(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """The temporary file of a failure that is not transient (ENOSPC) is dropped as a
+    transient one's is: left behind, it kept the disk full, and the next run failed before its
+    recovery could remove it."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"])
+    config = load_pipeline("p", "local", home=tmp_path)
+    start(config, p.lake)
+    sql(dsn, "INSERT INTO items SELECT g, 'v' FROM generate_series(1, 100) g")
+    recorded = read_json(stream_file(p.lake))
+
+    def disk_full() -> None:
+        assert list(p.lake.staging_tmp.iterdir()), "the file is written before it is published"
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with (
+        faults.hooked("stager.before_publish", disk_full),
+        pytest.raises(OSError, match="No space left"),
+    ):
+        capture(config, p.lake)
+
+    assert list(p.lake.staging_tmp.iterdir()) == []
+    assert staged_files(p.changes) == []
+    assert read_json(stream_file(p.lake)) == recorded
 
 
 def test_a_quiet_pipeline_does_not_pin_wal(pg: PgServer, database: str, tmp_path: Path) -> None:
