@@ -3,7 +3,8 @@
 The slot's confirmed position moves only to what is durably staged, and past WAL that holds no
 captured change (the server's own position once nothing is pending), so a quiet pipeline never
 pins WAL. A transient failure (lost connection, server restart) drops the half-written file
-and resumes from the last durable position, a few times, before the run gives up (exit 75).
+and resumes from the last durable position, a few times, before the run gives up (exit 75);
+any other failure drops the file too, and stops the run.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from cdc_core.pg.replication import CaughtUp, Checkpoint, Event, SqlSource, Stre
 from cdc_core.pg.slot import (
     advance_slot,
     ensure_publication,
-    ensure_slot,
     flush_position,
     next_xid,
     slot_state,
+    usable_slot,
 )
 from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budget
 from cdc_core.stager import Limits, StagedFile, Stager, XidFloor
+from cdc_core.start import slot_missing
 from cdc_core.state import heartbeat_file, read_json, record_confirmed, write_json
 from cdc_core.transient import transient_failures
 
@@ -120,14 +122,16 @@ def heartbeat(config: Config, lake: Lake, *, now_ms: int | None = None) -> bool:
 
 
 def capture(config: Config, lake: Lake) -> CaptureSummary:
-    """Stage every change committed before the WAL flush position seen at start (`--once`)."""
+    """Stage every change committed before the WAL flush position seen at start (`--once`).
+    The slot must exist: a missing one (dropped since `start`) stops the run, never recreated."""
     started = time.monotonic()
     source = config.pipeline.source
     with connect(source.dsn) as conn:
         ensure_publication(
             conn, source.publication, source.tables, source.publication_autocreate_mode
         )
-        ensure_slot(conn, source.slot)
+        if usable_slot(conn, source.slot) is None:  # only a run's start creates the slot
+            raise slot_missing(config)
         end = flush_position(conn)
         floor = XidFloor(end, next_xid(conn))  # the id taken after `end` is read
         database = catalog.current_database(conn).name
@@ -164,6 +168,9 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
             wait = min(30.0, settings.retry_backoff_s * 2**attempt)
             log.warning("capture interrupted (%s); retrying in %.1f s", e, wait)
             time.sleep(wait)
+        except BaseException:  # a full disk, say: the half-written file must not keep it full
+            stager.abort()
+            raise
     try:
         confirmed = _settle_confirmation(config, lake, stager.durable_end())
     except TransientError as e:  # everything is staged; the next run confirms what this did not

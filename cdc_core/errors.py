@@ -43,6 +43,17 @@ class TerminalError(CdcError):
     """A failure that retrying will not fix; the message says what to do."""
 
 
+class LoginError(TerminalError):
+    """The server refused the connection for good (no such database or role, a wrong password,
+    pg_hba.conf): retrying changes nothing until someone fixes the connection string or the
+    server's set-up."""
+
+    def __init__(self, failure: str, fix: str) -> None:
+        self.failure = failure  # what the server said, and where (no password)
+        self.fix = fix
+        super().__init__(f"{failure}; retrying will not help: {fix}")
+
+
 class SetupError(TerminalError):
     """The environment is missing something the product needs (a binary, a jar, a server)."""
 

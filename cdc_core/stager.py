@@ -10,6 +10,7 @@ A large transaction is written in row groups as it arrives, so it never sits in 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -352,12 +353,14 @@ class Stager:
         return sorted(self._file_relations)
 
     def abort(self) -> None:
-        """Drop the open file (the transactions in it will be read again)."""
+        """Drop the open file (the transactions in it will be read again). Safe in any state:
+        nothing open, a write or the footer failed, the file closed but not published."""
         writing = self._writing
         if writing is not None:
             writing.exception()  # waits; the file is dropped whatever the write did
         if self._writer is not None:
-            self._writer.close()
+            with contextlib.suppress(OSError):  # a full disk fails the footer too: dropped anyway
+                self._writer.close()
         if self._path is not None:
             self._path.unlink(missing_ok=True)
         self.last_end = self.clean_end

@@ -121,6 +121,25 @@ def _slot_trouble(slot: SlotState | None, name: str) -> str:
     return f"replication slot {name} was recreated (it starts after the stored position); "
 
 
+def slot_missing(config: Config) -> TerminalError:
+    """The error for a slot found missing after `start` (dropped mid-run, between snapshot
+    reads, say): the changes since it was last read are gone, and the way out is what the next
+    run's start decides under `snapshot.mode`. A capture that created a new slot instead would
+    record the new slot's positions as this pipeline's, and hide the gap from the next start."""
+    pipeline = config.pipeline
+    gone = decide(
+        pipeline.snapshot.mode,
+        StartState(stored_position=True, snapshot_unfinished=False, position_available=False),
+    )
+    way_out = gone.fail or (
+        "changes are missing; the next run starts a new slot and takes a new snapshot "
+        f"(snapshot.mode {pipeline.snapshot.mode})"
+    )
+    return TerminalError(
+        f"pipeline {pipeline.name}: {_slot_trouble(None, pipeline.source.slot)}{way_out}"
+    )
+
+
 def _check_identities(conn: Conn, config: Config) -> None:
     """Every message.key.columns override names columns the table has, and every captured
     table's deletes carry the key its mirror matches them by (`identity_problem`)."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from cdc_core.config import Dsn
-from cdc_core.errors import TerminalError, TransientError
+from cdc_core.errors import LoginError, TerminalError, TransientError
 
 APPLICATION_NAME = "cdc-lake"
 CONNECT_TIMEOUT_S = 10
@@ -35,15 +37,42 @@ VALUE_SET = "; ".join(f"SET {k} = '{v}'" for k, v in {**VALUE_SETTINGS, **SESSIO
 sends the JVM's TimeZone)."""
 
 
+_HBA_FIX = "allow this client in pg_hba.conf, then SELECT pg_reload_conf();"
+REFUSALS = (
+    (r"password authentication failed", "{dsn}: correct the user or password"),
+    (r"no password supplied", "{dsn}: give the password (through ${{VAR}})"),
+    (r"no pg_hba\.conf entry", _HBA_FIX),
+    (r"pg_hba\.conf rejects connection", _HBA_FIX),
+    (r'(database|role) ".*" does not exist', "{dsn}: correct the user or database name"),
+    (r'role ".*" is not permitted to log in', "give the role LOGIN: ALTER ROLE ... LOGIN;"),
+    (r'permission denied for database ".*"', "GRANT CONNECT to the role (cdc doctor shows it)"),
+)
+"""Connect failures retrying will not fix, as libpq words them, and the fix (`{dsn}`: where the
+connection string is set). A failed connect has no SQLSTATE in psycopg (libpq reports the
+server's message as text, PostgreSQL 18 checked), so the words decide; a server whose
+lc_messages is not English matches none, and its refusals stay transient. Anything else (nothing
+listening, a timeout, too many clients, a server starting up or shutting down) may pass."""
+
+
+def refusal(message: str) -> str | None:
+    """The fix for a connect failure that retrying will not fix (`{dsn}` left to fill in), or
+    None when the failure may pass by itself."""
+    for pattern, fix in REFUSALS:
+        if re.search(pattern, message):
+            return fix
+    return None
+
+
 def connect(
     dsn: Dsn, *, autocommit: bool = True, replication: bool = False, values: bool = False
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection; `replication=True` opens a logical replication (walsender) session,
     `values=True` a session that formats values with `VALUE_SETTINGS` (replication implies it).
 
-    A server that cannot be reached is a `TransientError` (it may be restarting); the message
-    shows the connection string without its password. A malformed one is a `TerminalError`
-    that does not quote it (libpq's message may quote a piece of the password).
+    A server that cannot be reached is a `TransientError` (it may be restarting), one that
+    refuses the login for good (`REFUSALS`) a `LoginError`; the message shows the connection
+    string without its password. A malformed one is a `TerminalError` that does not quote it
+    (libpq's message may quote a piece of the password).
     """
     try:
         own = conninfo_to_dict(dsn.conninfo).get("options")  # the source's own, kept first
@@ -61,7 +90,11 @@ def connect(
         return psycopg.connect(conninfo, autocommit=autocommit)
     except psycopg.OperationalError as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TransientError(f"cannot connect to PostgreSQL at {dsn.redacted}: {reason}") from e
+        failure = f"cannot connect to PostgreSQL at {dsn.redacted}: {reason}"
+        fix = refusal(str(e))
+        if fix is not None:
+            raise LoginError(failure, fix.format(dsn="source.dsn")) from e
+        raise TransientError(failure) from e
 
 
 def malformed(e: psycopg.ProgrammingError) -> str:

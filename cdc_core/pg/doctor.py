@@ -16,11 +16,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from cdc_core.config import Config, SourceConfig
-from cdc_core.errors import TerminalError, TransientError
+from cdc_core.errors import LoginError, TerminalError, TransientError
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection, RoleInfo, TableInfo
-from cdc_core.pg.connect import connect
+from cdc_core.pg.connect import connect, refusal
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pg.slot import VIA_ROOT, identity_change, published
@@ -92,6 +92,8 @@ def run_doctor(config: Config) -> DoctorReport:
         conn = connect(source.dsn)
     except TransientError as e:
         return _unreachable(config, str(e), _connect_fix(str(e), config))
+    except LoginError as e:
+        return _unreachable(config, e.failure, _connect_fix(e.failure, config))
     except TerminalError as e:  # a malformed conninfo, not quoted: it may hold the password
         return _unreachable(config, str(e), f"{config.pipeline_file}: source.dsn: correct it")
     with conn:
@@ -125,14 +127,6 @@ def _unreachable(config: Config, reason: str, fix: str) -> DoctorReport:
     return DoctorReport((first, *_not_run(config.pipeline.source, "cannot connect")))
 
 
-_CONNECT_FIXES = (
-    ("password authentication failed", "{file}: source.dsn: correct the user or password"),
-    ("no password supplied", "{file}: source.dsn: give the password (through ${{VAR}})"),
-    ("no pg_hba.conf entry", "allow this client in pg_hba.conf, then SELECT pg_reload_conf();"),
-    ("does not exist", "{file}: source.dsn: correct the user or database name"),
-)
-
-
 def _connect_fix(reason: str, config: Config) -> str:
     denied = re.search(r'permission denied for database "(.+)"', reason)
     if denied:  # PUBLIC's CONNECT was revoked: the role needs its own
@@ -140,9 +134,9 @@ def _connect_fix(reason: str, config: Config) -> str:
         user = str(params.get("user") or os.environ.get("PGUSER") or getpass.getuser())
         grant = f"GRANT CONNECT ON DATABASE {_q(denied.group(1))} TO {_q(user)};"
         return f"{grant}\n(run as the database's owner or a superuser)"
-    for needle, fix in _CONNECT_FIXES:
-        if needle in reason:
-            return fix.format(file=config.pipeline_file)
+    fix = refusal(reason)
+    if fix is not None:
+        return fix.format(dsn=f"{config.pipeline_file}: source.dsn")
     return f"start the server, or {config.pipeline_file}: source.dsn: correct the host and port"
 
 
@@ -240,6 +234,8 @@ def _replication_connection(ctx: _Context) -> Check:
     try:
         with connect(ctx.source.dsn, replication=True) as repl:
             repl.execute("IDENTIFY_SYSTEM")
+    except LoginError as e:  # pg_hba.conf has no replication line for the role
+        return Check("replication_connection", "fail", e.failure, _hba_fix(ctx, e.failure))
     except (TransientError, psycopg.Error) as e:
         return Check("replication_connection", "fail", _reason(e), _hba_fix(ctx, str(e)))
     return Check("replication_connection", "pass", "pg_hba.conf lets the role replicate")

@@ -186,15 +186,24 @@ def slot_state(conn: Connection, name: str) -> SlotState | None:
 
 
 def ensure_slot(conn: Connection, name: str) -> SlotState:
-    """Create logical slot `name` (pgoutput) if missing; refuse a slot that is not ours to use."""
-    info = catalog.slot_info(conn, name)
-    database = catalog.current_database(conn).name
-    if info is None:
+    """Create logical slot `name` (pgoutput) if missing; refuse a slot that is not ours to use.
+    Only a run's start creates it (`cdc_core.start`): what reads it later uses `usable_slot`."""
+    if catalog.slot_info(conn, name) is None:
         # created concurrently: it is checked below like any existing slot
         with contextlib.suppress(psycopg.errors.DuplicateObject):
             conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (name, PLUGIN))
-        info = catalog.slot_info(conn, name)
-    assert info is not None
+    state = usable_slot(conn, name)
+    assert state is not None
+    return state
+
+
+def usable_slot(conn: Connection, name: str) -> SlotState | None:
+    """Slot `name`, or None when it does not exist (never created here: a new slot has none of
+    the changes before it); refuses a slot that is not ours to use, or that lost its WAL."""
+    info = catalog.slot_info(conn, name)
+    if info is None:
+        return None
+    database = catalog.current_database(conn).name
     if info.slot_type != "logical" or info.plugin != PLUGIN or info.database != database:
         raise TerminalError(
             f"replication slot {name!r} exists but is a {info.slot_type} slot using "
@@ -203,7 +212,8 @@ def ensure_slot(conn: Connection, name: str) -> SlotState:
             f"it with SELECT pg_drop_replication_slot('{name}')"
         )
     state = slot_state(conn, name)
-    assert state is not None
+    if state is None:  # dropped this instant
+        return None
     if state.wal_status == "lost":
         raise TerminalError(
             f"replication slot {name!r} has lost WAL it needed (wal_status = lost): changes are "

@@ -6,6 +6,7 @@ users run it, `python jobs/ingest.py --pipeline NAME`, in a child process.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import random
@@ -18,7 +19,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc_core.capture import _Recording
+from cdc_core import faults
+from cdc_core.capture import _Recording, capture
 from cdc_core.config import Dsn, load_pipeline
 from cdc_core.errors import SetupError, TerminalError
 from cdc_core.lake import Lake
@@ -374,6 +376,70 @@ def test_a_roles_timeouts_do_not_end_the_products_own_sessions(pg: PgServer, dat
         source.close()
     inserts = sum(1 for batch in events for _, message in batch if message[:1] == b"I")
     assert inserts == 200000  # one peek, one transaction: far longer than 50 ms to decode
+
+
+@pytest.mark.parametrize("reader", ["stream", "sql"])
+def test_a_slot_dropped_after_start_stops_the_capture_and_is_not_recreated(
+    pg: PgServer, database: str, tmp_path: Path, reader: str
+) -> None:
+    """Between a run's start and a capture (each snapshot group's catch-up, while the slot sits
+    inactive) the slot is dropped. A slot the capture created would hold none of the changes
+    in between, and the positions recorded from it would hide the gap from the next start."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"], source_extra=f"reader: {reader}\n")
+    config = load_pipeline("p", "local", home=tmp_path)
+    start(config, p.lake)
+    capture(config, p.lake)
+    start(config, p.lake)
+    sql(dsn, "INSERT INTO items VALUES (1, 'lost')")
+    sql(dsn, f"SELECT pg_drop_replication_slot('{p.slot}')")
+    sql(dsn, "INSERT INTO items VALUES (2, 'after the drop')")
+    recorded = read_json(stream_file(p.lake))
+
+    with pytest.raises(TerminalError) as stopped:
+        capture(config, p.lake)
+
+    assert str(stopped.value).startswith(
+        f"pipeline p: replication slot {p.slot} does not exist; the slot no longer has the "
+        "stored position"
+    )
+    assert "Set snapshot.mode: when_needed" in str(stopped.value)  # the way out, as start says
+    with psycopg.connect(dsn) as conn:
+        assert slot_state(conn, p.slot) is None
+    assert read_json(stream_file(p.lake)) == recorded
+    assert staged_files(p.changes) == []
+    with pytest.raises(TerminalError, match=f"replication slot {p.slot} does not exist"):
+        start(config, p.lake)  # snapshot.mode no_data: the next run stops too
+
+
+def test_a_full_disk_while_staging_leaves_no_half_written_file(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """The temporary file of a failure that is not transient (ENOSPC) is dropped as a
+    transient one's is: left behind, it kept the disk full, and the next run failed before its
+    recovery could remove it."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"])
+    config = load_pipeline("p", "local", home=tmp_path)
+    start(config, p.lake)
+    sql(dsn, "INSERT INTO items SELECT g, 'v' FROM generate_series(1, 100) g")
+    recorded = read_json(stream_file(p.lake))
+
+    def disk_full() -> None:
+        assert list(p.lake.staging_tmp.iterdir()), "the file is written before it is published"
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with (
+        faults.hooked("stager.before_publish", disk_full),
+        pytest.raises(OSError, match="No space left"),
+    ):
+        capture(config, p.lake)
+
+    assert list(p.lake.staging_tmp.iterdir()) == []
+    assert staged_files(p.changes) == []
+    assert read_json(stream_file(p.lake)) == recorded
 
 
 def test_a_quiet_pipeline_does_not_pin_wal(pg: PgServer, database: str, tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
-"""Server faults: a cut connection, a server that stays down, a statement timeout.
+"""Server faults: a cut connection, a server that stays down, a statement timeout, a database
+that does not exist.
 
 Each case states its outcome: the run retries within its budget and exits 0, or exits 75 with
-one clear line (no traceback, no password); the next run resumes with nothing lost and nothing
-twice (staged == the server's own record of its commits, silver == source). One throwaway
+one clear line (no traceback, no password), or exits 1 when retrying cannot help; the next run
+resumes with nothing lost and nothing twice (staged == the server's own record of its commits, silver == source). One throwaway
 cluster serves the file, since a case stops it and another sets a timeout on the product's
 role; the product connects as the least-privilege role, with its password.
 """
@@ -158,6 +159,21 @@ def test_a_server_down_past_the_retry_budget_exits_75_and_the_next_run_loses_not
     assert _assert_staged_equals_truth(p) > ROWS  # nothing lost, nothing twice
     rows = ROWS - ROWS // 11
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "big")) == rows
+
+
+def test_a_database_that_does_not_exist_exits_1_naming_it(dsn: str, tmp_path: Path) -> None:
+    """Not 75 ("safe to retry"): a scheduler would retry it forever."""
+    p = make_pipeline(tmp_path, dsn, ["public.items"])
+    p.edit(f"dbname={conninfo_to_dict(dsn)['dbname']}", "dbname=no_such_shop")  # renamed, say
+
+    run = p.ingest("--capture-only")
+
+    assert run.returncode == 1, run.stderr[-3000:]
+    line = _one_error_line(run)
+    assert line.startswith("error: cannot connect to PostgreSQL at user=cdc_lake")
+    assert "password=***" in line
+    assert 'database "no_such_shop" does not exist' in line
+    assert line.endswith("retrying will not help: source.dsn: correct the user or database name")
 
 
 def _snapshot_reader_holds_its_lock(dsn: str) -> bool:

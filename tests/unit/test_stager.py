@@ -166,6 +166,27 @@ def test_a_row_group_that_fails_to_write_publishes_nothing(
     assert list((tmp_path / "tmp").iterdir()) == []
 
 
+def test_abort_drops_the_file_when_its_footer_fails_to_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stager(tmp_path, row_group_changes=1)
+    s.add(chunk(1000, 0, 3, last=False, relations=True))
+    assert list((tmp_path / "tmp").iterdir()), "a row group is written"
+
+    real_close, failures = pq.ParquetWriter.close, [OSError(28, "No space left on device")]
+
+    def disk_full_once(writer: pq.ParquetWriter) -> None:
+        if failures:  # once: the writer's __del__ closes it again
+            raise failures.pop()
+        real_close(writer)
+
+    monkeypatch.setattr(pq.ParquetWriter, "close", disk_full_once)
+    s.abort()
+    assert not failures, "the footer's write failed"
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert not s.pending
+
+
 def test_a_new_stager_resumes_after_the_last_published_file(tmp_path: Path) -> None:
     s = stager(tmp_path)
     s.add(chunk(1000, 1010, 1, relations=True))
