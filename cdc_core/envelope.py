@@ -184,7 +184,7 @@ def _common(row: Mapping[str, object], ctx: StagedContext) -> dict[str, object]:
         "version": __version__, "connector": "postgresql", "name": ctx.pipeline,
         "ts_ms": commit_us // 1000, "ts_us": commit_us, "ts_ns": commit_us * 1000,
         "snapshot": "false", "db": ctx.database,
-        "sequence": json.dumps([str(row["commit_lsn"]), str(lsn)]),
+        "sequence": json.dumps([str(row["commit_lsn"]), str(lsn)], separators=(",", ":")),
         "schema": "", "table": "", "txId": xid or None, "lsn": lsn, "xmin": None,
     }  # fmt: skip
     staged = ctx.staged_at_us
