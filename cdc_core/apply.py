@@ -60,7 +60,8 @@ def apply_staged(
     recorded = read_json(stream_file(lake)) if streaming else None  # before listing files
     source = config.pipeline.source
     options = BronzeOptions(source.provide_transaction_metadata,
-                            source.unavailable_value_placeholder)  # fmt: skip
+                            source.unavailable_value_placeholder,
+                            source.skipped_operations.codes)  # fmt: skip
     files = pending_files(spark, lake)
     try:
         bronze = (

@@ -61,6 +61,7 @@ class BronzeOptions:
 
     transaction_metadata: bool = False  # provide.transaction.metadata
     placeholder: str = UNAVAILABLE  # unavailable.value.placeholder
+    skipped: frozenset[str] = frozenset()  # skipped.operations: events never in bronze
 
 
 @dataclass(frozen=True)
@@ -127,8 +128,9 @@ def append_staged(
             .withColumn("_file", F.col("_metadata.file_name"))
         )  # fmt: skip
         decode = functools.partial(
-            decode_partition, context=contexts, placeholder=options.placeholder
-        )
+            decode_partition, context=contexts, placeholder=options.placeholder,
+            skipped=options.skipped,
+        )  # fmt: skip
         envelopes = staged.mapInArrow(decode, BRONZE)
         end = group[-1].end
         if options.transaction_metadata:

@@ -12,7 +12,7 @@ one, with `__debezium.newkey` / `__debezium.oldkey` headers.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -118,12 +118,15 @@ def _json(obj: Mapping[str, object] | None) -> str | None:
 
 
 class _Rows:
-    """Envelope columns being built, as lists."""
+    """Envelope columns being built, as lists; events whose op is in `skipped` are dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, skipped: Collection[str] = ()) -> None:
         self.columns: dict[str, list[object]] = {f.name: [] for f in BRONZE.fields}
+        self.skipped = skipped
 
     def add(self, **values: object) -> None:
+        if values["op"] in self.skipped:  # per event, as Debezium: each half of a key change
+            return
         for name, column in self.columns.items():
             column.append(values.get(name))
 
@@ -154,11 +157,13 @@ def _key(row: Mapping[str, str | None] | None, key: Sequence[str]) -> dict[str, 
 
 
 def envelopes(
-    rows: pa.RecordBatch, context: Mapping[str, StagedContext], placeholder: str = UNAVAILABLE
-) -> pa.RecordBatch:
+    rows: pa.RecordBatch, context: Mapping[str, StagedContext], placeholder: str = UNAVAILABLE,
+    skipped: Collection[str] = (),
+) -> pa.RecordBatch:  # fmt: skip
     """Staged change rows (with a `_file` column naming their staged file) -> envelope rows;
-    `placeholder` stands in `after` for unchanged TOASTed values (`unchanged` names them)."""
-    out = _Rows()
+    `placeholder` stands in `after` for unchanged TOASTed values (`unchanged` names them).
+    Events whose op is in `skipped` (skipped.operations) are left out."""
+    out = _Rows(skipped)
     for row in rows.to_pylist():
         ctx = context[row["_file"]]
         common = _common(row, ctx)
@@ -243,8 +248,8 @@ def _change(
 
 def decode_partition(
     batches: Iterator[pa.RecordBatch], context: Mapping[str, StagedContext],
-    placeholder: str = UNAVAILABLE,
+    placeholder: str = UNAVAILABLE, skipped: Collection[str] = (),
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The `mapInArrow` function of the bronze job."""
     for batch in batches:
-        yield envelopes(batch, context, placeholder)
+        yield envelopes(batch, context, placeholder, skipped)

@@ -287,7 +287,7 @@ def batch(
         max_threads=snap.max_threads, fetch_size=snap.fetch_size,
         catch_up=catch_up if streaming else None,
         keys=pipeline.source.message_key_columns.for_table,
-        rules=pipeline.source.column_rules(),
+        rules=pipeline.source.column_rules(), skipped=pipeline.source.skipped_operations.codes,
     ) if begun.jobs else 0  # fmt: skip
     if streaming:
         heartbeat(config, lake)

@@ -26,7 +26,7 @@ from cdc_core.pg import pgoutput as po
 
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
-_TAGS = {"c": "I", "u": "U", "d": "D"}  # Debezium op -> pgoutput message tag
+_TAGS = {"c": "I", "d": "D"}  # Debezium op -> the pgoutput message that only ever is that op
 WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""
 HEARTBEAT_PREFIX = "cdc-lake.heartbeat"
@@ -35,6 +35,7 @@ RESET_PREFIX = "cdc-lake.reset"
 """Prefix of the message that starts a recreated table's mirror over (content: the table,
 `schema.table`); staged whatever the prefix filters, applied by silver as a TRUNCATE."""
 _INSERT, _UPDATE, _DELETE = b"IUD"
+_NEW_ONLY = ord("N")  # byte 5 of an UPDATE without an old tuple ('K' old key, 'O' old row)
 
 
 def _among(values: np.ndarray, wanted: Collection[int]) -> np.ndarray:
@@ -82,6 +83,14 @@ class _Block:
         )  # fmt: skip
         return oids
 
+    def plain_updates(self, start: int, end: int) -> np.ndarray:
+        """Which row changes `start:end` are UPDATEs without an old tuple: not key changes."""
+        at = self.offsets[start:end] + 5
+        sent = at < self.offsets[start + 1 : end + 1]  # a shorter message fails its decoding
+        tuple_kind = self.values[np.minimum(at, len(self.values) - 1)]
+        found: np.ndarray = (self.kinds[start:end] == _UPDATE) & sent & (tuple_kind == _NEW_ONLY)
+        return found
+
     def sizes(self, rows: np.ndarray) -> np.ndarray:
         sizes: np.ndarray = self.offsets[rows + 1] - self.offsets[rows]
         return sizes
@@ -112,7 +121,9 @@ class Assembler:
     transaction (or lone message) at or past it ends the run; it is left for the next one.
     Changes of tables outside `tables` are dropped; their transactions still end, which is
     what lets the slot move past WAL that holds nothing for us. So are operations in `skipped`
-    (Debezium codes c, u, d, t) and messages whose prefix `keep_message` rejects.
+    (Debezium codes c, u, d, t) and messages whose prefix `keep_message` rejects. An UPDATE
+    with an old tuple is kept when u is skipped: it may be a key change, which Debezium emits
+    as d + c; the envelope drops each event whose op is skipped.
     """
 
     def __init__(
@@ -135,6 +146,7 @@ class Assembler:
         self.budget = budget
         self.now_us = now_us
         self.skipped_tags = frozenset(ord(_TAGS[op]) for op in skipped if op in _TAGS)
+        self.skip_plain_updates = "u" in skipped
         self.skip_truncate = "t" in skipped
         self.keep_message = keep_message
         self.columns = columns
@@ -194,6 +206,8 @@ class Assembler:
         keep = _among(oids, self.versions.keys())
         if self.skipped_tags:
             keep &= ~_among(block.kinds[start:end], self.skipped_tags)
+        if self.skip_plain_updates:
+            keep &= ~block.plain_updates(start, end)
         if keep.all():
             taken = np.arange(start, end)
         else:

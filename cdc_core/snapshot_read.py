@@ -70,6 +70,7 @@ class GroupRead:
     primary_key: tuple[str, ...] = ()  # the events' key (the chunk key may be a surrogate)
     key_override: tuple[str, ...] | None = None  # message.key.columns for this table
     rules: ColumnRules = NO_RULES  # column filters and transforms
+    skipped: frozenset[str] = frozenset()  # skipped.operations: stream events bronze never gets
 
     @property
     def app_id(self) -> str:
@@ -276,7 +277,7 @@ def read_group(
             rows = _transformed(rows, plan)
         if catch_up is not None:
             catch_up(view.position)  # the stream, staged past the read: what overtook it is known
-            newer = overtaken(lake, read.table, read.primary_key, view)
+            newer = overtaken(lake, read.table, read.primary_key, view, read.skipped)
             if newer:
                 rows = _overtake(spark, rows, read, newer)
         rows = _envelopes(rows, read, view)
@@ -523,7 +524,7 @@ def read_jobs(
     spark: SparkSession, lake: Lake, dsn: Dsn, jobs: Sequence[SnapshotJob], *,
     pipeline: str, max_threads: int, fetch_size: int, catch_up: CatchUp | None,
     keys: Callable[[TableName], tuple[str, ...] | None] = lambda table: None,
-    rules: ColumnRules = NO_RULES,
+    rules: ColumnRules = NO_RULES, skipped: frozenset[str] = frozenset(),
 ) -> int:  # fmt: skip
     """Read every pending group of `jobs` into bronze; returns the rows read. `catch_up`:
     stages the stream past a read (None: the pipeline does not stream)."""
@@ -545,7 +546,7 @@ def read_jobs(
             group = GroupRead(
                 job.id, job.kind, pipeline, database, part.table, part.plan,
                 tuple(by_number[c] for c in groups[n]), n, part.condition, part.select, fetch_size,
-                key_override=keys(part.table), rules=rules,
+                key_override=keys(part.table), rules=rules, skipped=skipped,
             )  # fmt: skip
             try:
                 view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up)

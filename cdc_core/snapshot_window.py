@@ -21,7 +21,7 @@ positioned after everything it saw.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,8 +113,12 @@ class Overtaken:
                 self.newer.setdefault(k, {}).update(sent)
 
 
-def overtaken(lake: Lake, table: TableName, key: Sequence[str], view: ReadView) -> Overtaken:
-    """What the staged stream says about `table` inside `view`'s window (see the module)."""
+def overtaken(
+    lake: Lake, table: TableName, key: Sequence[str], view: ReadView,
+    skipped: Collection[str] = (),
+) -> Overtaken:  # fmt: skip
+    """What the staged stream says about `table` inside `view`'s window (see the module); the
+    events whose op is in `skipped` (skipped.operations) are not in the stream bronze gets."""
     out = Overtaken()
     if not key:
         return out  # no key to match rows by: silver orders a keyless read by visibility
@@ -127,7 +131,7 @@ def overtaken(lake: Lake, table: TableName, key: Sequence[str], view: ReadView) 
         changes += _changes(lake, staged, table, window)
     for row in changes:  # in stream order: the unseen commits before `before` come first
         txid = row["source"]["txId"]
-        if txid is not None and not view.sees(int(txid)):
+        if txid is not None and not view.sees(int(txid)) and row["op"] not in skipped:
             out.apply(row)
     return out
 

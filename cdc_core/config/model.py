@@ -421,8 +421,9 @@ class SourceConfig:
     )  # fmt: skip
     skipped_operations: Operations = field(
         default=Operations(),
-        metadata=meta("operations never staged: c (insert), u (update), d (delete), "
-                      "t (truncate), or none. Unlike Debezium (which skips t by default) "
+        metadata=meta("events never in bronze, each by its own op (a primary-key change "
+                      "is a d and a c): c (insert), u (update), d (delete), t (truncate), or "
+                      "none. Unlike Debezium (which skips t by default) "
                       "nothing is skipped by default: a mirror that ignores TRUNCATE is not one",
                       key="skipped.operations", debezium="skipped.operations"),
     )  # fmt: skip

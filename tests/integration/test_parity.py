@@ -74,6 +74,29 @@ def test_excluded_tables_skipped_operations_and_message_prefixes(
     assert sorted(r["id"] for r in silver.where(~F.col("_cdc_deleted")).collect()) == [1, 2, 3, 4]
 
 
+def test_skipped_operations_apply_to_each_half_of_a_key_change(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE moved (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.moved"], source_extra="skipped.operations: u\n")
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO moved SELECT g, 'v' || g FROM generate_series(1, 3) g",
+        "UPDATE moved SET id = 10 WHERE id = 1", "UPDATE moved SET v = 'changed' WHERE id = 2")  # fmt: skip
+    ingest(p)
+    silver = spark.read.format("delta").load(p.lake.silver(TableName("public", "moved")))
+
+    def rows() -> list[tuple[int, str]]:
+        return sorted((r["id"], r["v"]) for r in silver.where(~F.col("_cdc_deleted")).collect())
+
+    assert rows() == [(2, "v2"), (3, "v3"), (10, "v1")]  # the move is a d + c; the update skipped
+    p.edit("skipped.operations: u", "skipped.operations: d")
+    sql(dsn, "UPDATE moved SET id = 20 WHERE id = 10", "DELETE FROM moved WHERE id = 3")
+    ingest(p)
+    silver = spark.read.format("delta").load(p.lake.silver(TableName("public", "moved")))
+    assert rows() == [(2, "v2"), (3, "v3"), (10, "v1"), (20, "v1")]  # only the move's c
+
+
 def test_a_table_without_a_key_is_mirrored_by_message_key_columns(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

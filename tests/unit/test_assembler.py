@@ -224,6 +224,14 @@ def test_skipped_operations_never_reach_a_chunk_and_the_others_do() -> None:
     assert [ops(c) for c in inserts_gone] == [[], ["M"], ["U", "U", "U"]]
 
 
+def test_skipped_updates_keep_those_with_an_old_tuple_which_may_change_the_key() -> None:
+    key_change = run(Assembler([ITEMS], describe, skipped=["u"]), "update_key_and_toast")
+    updates = [m for c in key_change for m in c.message if m[:1] == b"U"]
+    assert [m[5:6] for m in updates] == [b"K"]  # the plain update (N) is gone, the move stays
+    full = run(Assembler([FULL], describe, skipped=["u"]), "replica_identity_full")
+    assert [ops(c) for c in full] == [["I"], ["U"], ["D"]]  # an old row (O): the envelope decides
+
+
 def test_skipped_truncate_leaves_the_transaction_empty() -> None:
     chunks = run(Assembler([ITEMS, FULL], describe, skipped=["t"]), "truncate")
     assert not any("T" in ops(c) for c in chunks)

@@ -29,10 +29,14 @@ def describe(rel: po.Relation, type_names: dict[int, str]) -> RelationDescriptor
     )
 
 
-def bronze_rows(tmp_path: Path, capture: str, tables: list[str]) -> list[dict[str, object]]:
-    """Stage a golden capture for real, then build its envelopes."""
+def bronze_rows(
+    tmp_path: Path, capture: str, tables: list[str], skipped: frozenset[str] = frozenset()
+) -> list[dict[str, object]]:
+    """Stage a golden capture for real, then build its envelopes (`skipped.operations`)."""
     messages = json.loads((DATA / f"{capture}.json").read_text())["messages"]
-    assembler = Assembler([TableName.parse(t) for t in tables], describe, now_us=lambda: 1)
+    assembler = Assembler(
+        [TableName.parse(t) for t in tables], describe, now_us=lambda: 1, skipped=skipped
+    )
     stager = Stager(
         tmp_path / "c", tmp_path / "t", source={"database": "shop", "pipeline": "orders"}
     )
@@ -49,7 +53,7 @@ def bronze_rows(tmp_path: Path, capture: str, tables: list[str]) -> list[dict[st
     batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA.append(pa.field("_file", pa.string())))
     ctx = StagedContext(staged.id, relations_of(path), "shop", "orders", 1_700_000_000_123_456)
     assert staged_files(tmp_path / "c") == [staged]
-    out = envelopes(batch, {"f": ctx})
+    out = envelopes(batch, {"f": ctx}, skipped=skipped)
     assert out.schema == ARROW
     return out.to_pylist()
 
@@ -104,6 +108,29 @@ def test_a_primary_key_change_is_debeziums_delete_and_create(tmp_path: Path) -> 
     assert dict(create["headers"]) == {"__debezium.oldkey": '{"id":"1"}'}  # type: ignore[arg-type]
     assert create["unchanged"] == ["big"]
     assert (delete["commit_lsn"], delete["seq"]) == (create["commit_lsn"], create["seq"])
+
+
+def events(tmp_path: Path, skipped: str) -> list[tuple[object, object]]:
+    """The ops and keys of `update_key_and_toast` (insert 1, update 1, move 1 -> 10, delete 10)."""
+    rows = bronze_rows(tmp_path, "update_key_and_toast", ["public.items"], frozenset(skipped))
+    return [(r["op"], json.loads(str(r["key"]))["id"]) for r in rows]
+
+
+def test_skipping_updates_keeps_a_key_change_as_a_delete_and_a_create(tmp_path: Path) -> None:
+    assert events(tmp_path, "u") == [("c", "1"), ("d", "1"), ("c", "10"), ("d", "10")]
+
+
+def test_skipping_deletes_keeps_only_the_create_of_a_key_change(tmp_path: Path) -> None:
+    assert events(tmp_path, "d") == [("c", "1"), ("u", "1"), ("c", "10")]
+
+
+def test_skipping_creates_keeps_only_the_delete_of_a_key_change(tmp_path: Path) -> None:
+    assert events(tmp_path, "c") == [("u", "1"), ("d", "1"), ("d", "10")]
+
+
+def test_skipping_updates_drops_those_with_an_old_row_too(tmp_path: Path) -> None:
+    rows = bronze_rows(tmp_path, "replica_identity_full", ["public.full_items"], frozenset("u"))
+    assert [r["op"] for r in rows] == ["c", "d"]
 
 
 def test_a_delete_carries_the_old_key(tmp_path: Path) -> None:

@@ -83,6 +83,15 @@ def test_a_commit_before_the_low_watermark_the_snapshot_did_not_see_overtakes_th
     assert out.dropped == {("2",)}  # 805 the read saw (not running): its update stays out
 
 
+def test_a_skipped_operation_does_not_overtake_the_read(lake: Lake) -> None:
+    with_old_row = b"U" + struct.pack(">I", ORDERS.oid) + b"O" + _tuple("1", "old") + b"N"
+    with_old_row += _tuple("1", "new")  # an old row is staged when u is skipped: it may move a key
+    stage(lake, XidFloor(Lsn(0x1000), 800), transaction(700, 0x900, with_old_row, delete(2)))
+    view = read((700,), before=0x2100, position=0x3000)
+    out = overtaken(lake, TABLE, ["id"], view, skipped=frozenset("u"))
+    assert (out.newer, out.dropped) == ({}, {("2",)})  # bronze never gets the update
+
+
 def test_the_newest_floor_rules_out_ids_given_after_it_and_the_search_stops(lake: Lake) -> None:
     older = stage(lake, XidFloor(Lsn(0x1000), 800), transaction(790, 0x900, update(1, "x")))
     stage(lake, XidFloor(Lsn(0x2000), 900), transaction(880, 0x1900, update(3, "y")))
