@@ -1,8 +1,10 @@
 """Signals: Debezium's signalling table, polled at the start of a run and parsed into requests.
 
 Users send signals the Debezium way, `INSERT INTO <signal.data.collection> (id, type, data)`.
-We poll the table instead of reading it from the WAL, so signals are taken in the table's
-order (see `read_signals`), not in commit order. Signal types:
+We poll the table instead of reading its inserts from the WAL (the table stays out of the
+publication, and the product's role only reads it), so a row is known by the transaction that
+inserted it, not by its id: signals are taken in that order, and a row deleted and inserted
+again with the same id is a new signal (see `read_signals`, `sort_out`). Signal types:
 
 - `execute-snapshot`: an incremental (default) or blocking snapshot -> `SnapshotRequest`.
 - `stop-snapshot`: stop all or some running incremental snapshots -> `StopRequest`.
@@ -299,24 +301,79 @@ def signal_table_ddl(table: TableName) -> str:
     )
 
 
+@dataclass(frozen=True)
+class SignalRow:
+    """One row of the signal table, as `read_signals` found it."""
+
+    id: str
+    type: str
+    data: str | None
+    """None for a processed row too: its data is not read again."""
+    xmin: str
+    """The id of the transaction that inserted the row (PostgreSQL's `xmin`, as text)."""
+    processed: bool
+    """Its key was among the processed keys given to `read_signals`."""
+
+    @property
+    def key(self) -> str:
+        """The row itself, not only its id: ids are reused (Debezium's examples all send
+        'ad-hoc-1'), and a row deleted and inserted again comes from another transaction."""
+        return f"{self.xmin}:{self.id}"
+
+
+def processed_keys(stored: object) -> list[str]:
+    """The processed keys kept in `_state/signals.json` (`{"processed": [key, ...]}`)."""
+    keys = stored.get("processed") if isinstance(stored, dict) else None
+    return [str(k) for k in keys] if isinstance(keys, list) else []
+
+
+def sort_out(
+    rows: Sequence[SignalRow], stored: object, carried_out: Collection[str] = ()
+) -> tuple[list[SignalRow], list[str]]:
+    """The rows still to carry out, in order, and the processed keys worth keeping: those of
+    rows still in the table, so the record never outgrows the table.
+
+    `stored` is `_state/signals.json` as read; before rows had keys it was a list of ids, and
+    the rows with those ids are taken as processed (once: the keys replace the ids).
+    `carried_out`: keys of signals whose snapshot job was saved, by a run that stopped before
+    it marked them processed."""
+    legacy = {str(i) for i in stored} if isinstance(stored, list) else set()
+    pending: list[SignalRow] = []
+    kept: list[str] = []
+    for row in rows:
+        if row.processed or row.key in carried_out or row.id in legacy:
+            kept.append(row.key)
+        else:
+            pending.append(row)
+    return pending, kept
+
+
 def read_signals(
     conn: psycopg.Connection[Any], table: TableName, processed: Collection[str]
-) -> list[tuple[str, str, str | None]]:
-    """The (id, type, data) rows of the signal table not in `processed`, oldest first if the
-    table has an ordering column you can rely on, else by id. A missing signal table is a clear
+) -> list[SignalRow]:
+    """Every row of the signal table, oldest first: by the transaction that inserted it (its
+    `xmin`, compared with `age()` so that wraparound does not reorder it), within one
+    transaction by the table's ordering column if it has one, then by position. A row whose key
+    is in `processed` comes back marked so, without its data. A missing signal table is a clear
     TerminalError naming it and how to create it (the exact CREATE TABLE).
 
-    An ordering column is one besides id, type and data that is a timestamp or is filled from a
-    sequence (identity or serial), e.g. `created_at timestamptz NOT NULL DEFAULT now()`.
-    Debezium's own table has none; its signals are then taken in id order.
+    Transaction order is commit order unless two transactions that insert signals overlap (a
+    transaction's id is taken at its first write). An ordering column is one besides id, type
+    and data that is a timestamp or is filled from a sequence (identity or serial), e.g.
+    `created_at timestamptz NOT NULL DEFAULT clock_timestamp()`; Debezium's own table has none.
     """
     try:
         order = _ordering_column(conn, table)
-        keys = [sql.Identifier(order), sql.Identifier("id")] if order else [sql.Identifier("id")]
         query = sql.SQL(
-            "SELECT id::text, coalesce(type::text, ''), data::text FROM {} "
-            "WHERE id IS NOT NULL AND NOT (id::text = ANY(%s::text[])) ORDER BY {}"
-        ).format(sql.Identifier(table.schema, table.name), sql.SQL(", ").join(keys))
+            "SELECT id, xmin, type, CASE WHEN done THEN NULL ELSE data END, done FROM ("
+            "SELECT s.id::text AS id, s.xmin::text AS xmin, coalesce(s.type::text, '') AS type, "
+            "s.data::text AS data, (s.xmin::text || ':' || s.id::text) = ANY(%s::text[]) AS done, "
+            "age(s.xmin) AS age, {order} AS ord, s.ctid AS tid "
+            "FROM {table} s WHERE s.id IS NOT NULL) r ORDER BY age DESC, ord, tid"
+        ).format(
+            order=sql.Identifier("s", order) if order else sql.SQL("NULL"),
+            table=sql.Identifier(table.schema, table.name),
+        )
         with conn.cursor(row_factory=tuple_row) as cur:
             rows = cur.execute(query, (list(processed),)).fetchall()
     except psycopg.errors.InsufficientPrivilege as e:
@@ -326,16 +383,20 @@ def read_signals(
         ) from e
     except psycopg.OperationalError as e:
         raise TransientError(f"lost the connection while reading signal table {table}: {e}") from e
-    return [(str(i), str(t), None if d is None else str(d)) for i, t, d in rows]
+    return [
+        SignalRow(str(i), str(t), None if d is None else str(d), str(x), bool(done))
+        for i, x, t, d, done in rows
+    ]
 
 
 def _ordering_column(conn: psycopg.Connection[Any], table: TableName) -> str | None:
-    """The signal table's ordering column, if any; raises if it or its columns are missing."""
+    """The signal table's ordering column, if any; raises if it or its columns are missing, or
+    if it is not a table (a view's rows have no inserting transaction)."""
     with conn.cursor(row_factory=tuple_row) as cur:
         columns = cur.execute(
             "SELECT a.attname, a.atttypid::regtype::text, "
             "  a.attidentity <> '' OR coalesce(pg_get_expr(d.adbin, d.adrelid), '') "
-            "    LIKE 'nextval(%%' "
+            "    LIKE 'nextval(%%', c.relkind::text "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
             "LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum "
@@ -348,14 +409,20 @@ def _ordering_column(conn: psycopg.Connection[Any], table: TableName) -> str | N
             f"signal table {table} (signal.data.collection) does not exist; "
             f"create it with: {signal_table_ddl(table)}"
         )
-    names = [str(name) for name, _, _ in columns]
+    if columns[0][3] not in ("r", "p"):
+        raise TerminalError(
+            f"signal table {table} (signal.data.collection) is not a table (a view, say): a "
+            f"signal is known by the transaction that inserted its row; create one with: "
+            f"{signal_table_ddl(table)}"
+        )
+    names = [str(name) for name, _, _, _ in columns]
     missing = [c for c in ("id", "type", "data") if c not in names]
     if missing:
         raise TerminalError(
             f"signal table {table} has no column {', '.join(missing)}; "
             f"a signal table looks like: {signal_table_ddl(table)}"
         )
-    for name, type_name, sequenced in columns:
+    for name, type_name, sequenced, _ in columns:
         if name in ("id", "type", "data"):
             continue
         if sequenced or type_name in ("timestamp with time zone", "timestamp without time zone"):

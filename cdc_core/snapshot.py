@@ -86,6 +86,7 @@ class SnapshotJob:
     tables: list[TableSnapshot] = field(default_factory=list)
     created_us: int = field(default_factory=lambda: time.time_ns() // 1000)
     stopped: bool = False
+    signal: str | None = None  # the key of the signal row that asked for it (`SignalRow.key`)
 
     @property
     def reading(self) -> bool:
@@ -102,13 +103,15 @@ class SnapshotJob:
         return {
             "id": self.id, "kind": self.kind, "origin": self.origin, "created_us": self.created_us,
             "stopped": self.stopped, "tables": [t.to_json() for t in self.tables],
+            "signal": self.signal,
         }  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, object]) -> SnapshotJob:
         tables = [TableSnapshot.from_json(t) for t in d["tables"]]  # type: ignore[attr-defined]
+        signal = None if d.get("signal") is None else str(d["signal"])
         return cls(str(d["id"]), d["kind"], str(d["origin"]), tables, int(d["created_us"]),  # type: ignore[arg-type, call-overload]
-                   bool(d.get("stopped")))  # fmt: skip
+                   bool(d.get("stopped")), signal)  # fmt: skip
 
 
 def load_jobs(lake: Lake) -> list[SnapshotJob]:

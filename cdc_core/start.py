@@ -26,7 +26,16 @@ from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
 from cdc_core.reader import RESET_PREFIX
-from cdc_core.signals import SignalProblem, SnapshotRequest, StopRequest, parse_signal, read_signals
+from cdc_core.signals import (
+    SignalProblem,
+    SignalRow,
+    SnapshotRequest,
+    StopRequest,
+    parse_signal,
+    processed_keys,
+    read_signals,
+    sort_out,
+)
 from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job
 from cdc_core.snapshot_modes import Decision, StartState, decide
 from cdc_core.state import (
@@ -250,37 +259,54 @@ def _save(lake: Lake, job: SnapshotJob) -> SnapshotJob:
 def _from_signals(
     conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
 ) -> list[SnapshotJob]:
+    """Carry out the signal rows not processed yet, oldest first, each marked processed (by
+    its key, `SignalRow.key`) once carried out; keys of rows gone from the table are dropped."""
     table = config.pipeline.snapshot.signal_data_collection
     if table is None:
         return []
-    processed: list[str] = read_json(signals_file(lake)) or []
+    stored = read_json(signals_file(lake))
+    rows = read_signals(conn, table, processed_keys(stored))
+    pending, processed = sort_out(rows, stored, {j.signal for j in jobs if j.signal})
+    if stored != {"processed": processed}:
+        write_json(signals_file(lake), {"processed": processed})
     planned: list[SnapshotJob] = []
-    for signal_id, type_, data in read_signals(conn, table, processed):
-        signal = parse_signal(signal_id, type_, data, list(config.pipeline.source.tables))
-        if isinstance(signal, SnapshotRequest):
-            problems = [
-                problem for t, c in signal.conditions.items()
-                if (problem := condition_problem(conn, t, c, select=signal.kind == "blocking"))
-            ]  # fmt: skip
-            if problems:
-                signal = SignalProblem(signal_id, "; ".join(problems))
-        if isinstance(signal, SnapshotRequest):
-            for t in signal.tables:
-                if t not in signal.conditions:
-                    _rebuild_if_dropped(conn, lake, t)
-            job = plan_job(
-                conn, signal.kind, f"signal {signal_id}", signal.tables,
-                chunk_size=config.pipeline.snapshot.chunk_size,
-                conditions=dict(signal.conditions), surrogate_key=signal.surrogate_key,
-            )  # fmt: skip
-            planned.append(_save(lake, job))
-        elif isinstance(signal, StopRequest):
-            _stop(lake, jobs + planned, signal)
-        elif isinstance(signal, SignalProblem):
-            log.warning("signal %s not carried out: %s", signal.signal_id, signal.reason)
-        processed.append(signal_id)
-        write_json(signals_file(lake), processed)
+    for row in pending:
+        job = _carry_out(conn, config, lake, row, jobs + planned)
+        if job is not None:  # saved with the row's key: a run that dies now does not plan it twice
+            planned.append(job)
+        processed.append(row.key)
+        write_json(signals_file(lake), {"processed": processed})
     return planned
+
+
+def _carry_out(
+    conn: Conn, config: Config, lake: Lake, row: SignalRow, jobs: list[SnapshotJob]
+) -> SnapshotJob | None:
+    """One signal: a planned (and saved) snapshot job, a stop applied to `jobs`, or a log line."""
+    signal = parse_signal(row.id, row.type, row.data, list(config.pipeline.source.tables))
+    if isinstance(signal, SnapshotRequest):
+        problems = [
+            problem for t, c in signal.conditions.items()
+            if (problem := condition_problem(conn, t, c, select=signal.kind == "blocking"))
+        ]  # fmt: skip
+        if problems:
+            signal = SignalProblem(row.id, "; ".join(problems))
+    if isinstance(signal, SnapshotRequest):
+        for t in signal.tables:
+            if t not in signal.conditions:
+                _rebuild_if_dropped(conn, lake, t)
+        job = plan_job(
+            conn, signal.kind, f"signal {row.id}", signal.tables,
+            chunk_size=config.pipeline.snapshot.chunk_size,
+            conditions=dict(signal.conditions), surrogate_key=signal.surrogate_key,
+        )  # fmt: skip
+        job.signal = row.key
+        return _save(lake, job)
+    if isinstance(signal, StopRequest):
+        _stop(lake, jobs, signal)
+    elif isinstance(signal, SignalProblem):
+        log.warning("signal %s not carried out: %s", signal.signal_id, signal.reason)
+    return None
 
 
 def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest) -> None:

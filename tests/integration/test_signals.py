@@ -1,4 +1,6 @@
-"""The signal table on a real server: unprocessed rows come back in order, a missing table is named.
+"""The signal table on a real server: rows come back in the order they were sent, known by the
+transaction that inserted them (not by id), processed ones marked; a missing table is named.
+And at a run's start: a stop sent after an execute stops it, a re-sent id runs again.
 
 Signals are inserted with the reference's own INSERT statements. Two adaptations: each row gets
 its own id (the reference reuses 'ad-hoc-1', a primary key), and the statement with `\\'` is an
@@ -8,13 +10,16 @@ E'' string, since PostgreSQL's standard strings do not treat a backslash as an e
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from cdc_core.config import Config, load_pipeline
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
 from cdc_core.signals import (
     SnapshotRequest,
     StopRequest,
@@ -22,7 +27,11 @@ from cdc_core.signals import (
     read_signals,
     signal_table_ddl,
 )
+from cdc_core.snapshot import load_jobs
+from cdc_core.start import start
+from cdc_core.state import read_json, signals_file, write_json
 from tests.integration.conftest import PgServer
+from tests.integration.harness import make_pipeline, sql
 from tests.integration.privileges import product_conninfo
 
 SIGNALS = TableName("myschema", "debezium_signal")
@@ -61,32 +70,66 @@ def signal_table(conn: psycopg.Connection[Any]) -> TableName:
     return SIGNALS
 
 
-def test_reference_signals_are_read_in_id_order(
+def test_reference_signals_are_read_in_the_order_they_were_sent(
     conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
 ) -> None:
     rows = read_signals(reader, signal_table, processed=())
-    assert [(i, t) for i, t, _ in rows] == [
-        ("ad-hoc-1", "execute-snapshot"),
-        ("ad-hoc-2", "execute-snapshot"),
-        ("ad-hoc-3", "execute-snapshot"),
-        ("ad-hoc-4", "stop-snapshot"),
+    assert [(r.id, r.type, r.processed) for r in rows] == [
+        ("ad-hoc-1", "execute-snapshot", False),
+        ("ad-hoc-2", "execute-snapshot", False),
+        ("ad-hoc-3", "execute-snapshot", False),
+        ("ad-hoc-4", "stop-snapshot", False),
     ]
-    assert rows[0][2] is not None
-    assert "color='blue'" in rows[0][2]
+    assert rows[0].data is not None
+    assert "color='blue'" in rows[0].data
 
 
-def test_processed_signals_are_skipped(
+def test_signals_are_read_in_the_order_they_were_sent_not_by_id(
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any]
+) -> None:
+    """'sig-10' < 'sig-9' as text: read by id, the stop came before the snapshot it stops."""
+    conn.execute(signal_table_ddl(TableName("public", "debezium_signal")))
+    for signal_id in ("sig-9", "sig-10", "a-11"):
+        conn.execute("INSERT INTO debezium_signal VALUES (%s, 'log', NULL)", (signal_id,))
+    rows = read_signals(reader, TableName("public", "debezium_signal"), ())
+    assert [r.id for r in rows] == ["sig-9", "sig-10", "a-11"]
+
+
+def test_processed_signals_are_marked_and_their_data_not_read(
     conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
 ) -> None:
-    rows = read_signals(reader, signal_table, processed={"ad-hoc-1", "ad-hoc-3", "never-sent"})
-    assert [i for i, _, _ in rows] == ["ad-hoc-2", "ad-hoc-4"]
-    assert read_signals(reader, signal_table, processed=[f"ad-hoc-{n}" for n in range(1, 5)]) == []
+    first = read_signals(reader, signal_table, processed=())
+    done = [first[0].key, first[2].key, "123:never-sent"]
+    rows = read_signals(reader, signal_table, processed=done)
+    assert [(r.id, r.processed, r.data is None) for r in rows] == [
+        ("ad-hoc-1", True, True),
+        ("ad-hoc-2", False, False),
+        ("ad-hoc-3", True, True),
+        ("ad-hoc-4", False, False),
+    ]
+
+
+def test_a_row_inserted_again_with_a_used_id_has_a_new_key(
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
+) -> None:
+    before = read_signals(reader, signal_table, processed=())
+    conn.execute("DELETE FROM myschema.debezium_signal WHERE id = 'ad-hoc-1'")
+    conn.execute(REFERENCE_INSERTS[0])
+    rows = read_signals(reader, signal_table, processed=[r.key for r in before])
+    assert [(r.id, r.processed) for r in rows] == [
+        ("ad-hoc-2", True),
+        ("ad-hoc-3", True),
+        ("ad-hoc-4", True),
+        ("ad-hoc-1", False),
+    ]
 
 
 def test_signals_read_back_parse_into_requests(
     conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
 ) -> None:
-    signals = [parse_signal(*row, CAPTURED) for row in read_signals(reader, signal_table, ())]
+    signals = [
+        parse_signal(r.id, r.type, r.data, CAPTURED) for r in read_signals(reader, signal_table, ())
+    ]
     table1, table2, products = CAPTURED
     assert signals == [
         SnapshotRequest(
@@ -121,7 +164,22 @@ def test_an_ordering_column_orders_signals_oldest_first(
             (signal_id,),
         )
     rows = read_signals(reader, TableName("public", "debezium_signal"), ())
-    assert [i for i, _, _ in rows] == ["z-first", "m-second", "a-third"]
+    assert [r.id for r in rows] == ["z-first", "m-second", "a-third"]
+
+
+def test_signals_sent_in_one_transaction_come_in_ordering_column_order(
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any]
+) -> None:
+    conn.execute(
+        "CREATE TABLE public.debezium_signal (id varchar(42) PRIMARY KEY, "
+        "type varchar(32) NOT NULL, data varchar(2048) NULL, created_at timestamptz NOT NULL)"
+    )
+    conn.execute(
+        "INSERT INTO public.debezium_signal VALUES ('second', 'log', NULL, '2024-01-02'), "
+        "('third', 'log', NULL, '2024-01-03'), ('first', 'log', NULL, '2024-01-01')"
+    )
+    rows = read_signals(reader, TableName("public", "debezium_signal"), ())
+    assert [r.id for r in rows] == ["first", "second", "third"]
 
 
 def test_quoted_signal_table_name_with_jsonb_data_is_read(
@@ -137,7 +195,7 @@ def test_quoted_signal_table_name_with_jsonb_data_is_read(
     )
     rows = read_signals(reader, TableName("Ops", "Debezium Signal.v2"), ())
     my_table = TableName("public", "My.Table")
-    assert [parse_signal(*row, [my_table]) for row in rows] == [
+    assert [parse_signal(r.id, r.type, r.data, [my_table]) for r in rows] == [
         SnapshotRequest("s1", "incremental", (my_table,), {}, None)
     ]
 
@@ -165,3 +223,90 @@ def test_signal_table_without_a_data_column_is_a_terminal_error(
     conn.execute("CREATE TABLE public.debezium_signal (id varchar(42) PRIMARY KEY, type text)")
     with pytest.raises(TerminalError, match="has no column data"):
         read_signals(reader, TableName("public", "debezium_signal"), ())
+
+
+def test_a_view_as_signal_table_is_a_terminal_error(
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], signal_table: TableName
+) -> None:
+    conn.execute("CREATE VIEW public.signal_view AS SELECT * FROM myschema.debezium_signal")
+    conn.execute("GRANT SELECT ON public.signal_view TO PUBLIC")
+    with pytest.raises(TerminalError, match="is not a table"):
+        read_signals(reader, TableName("public", "signal_view"), ())
+
+
+EXECUTE = (
+    "INSERT INTO debezium_signal VALUES "
+    """(%s, 'execute-snapshot', '{"data-collections": ["public.items"]}')"""
+)
+STOP = """INSERT INTO debezium_signal VALUES (%s, 'stop-snapshot', '{"type": "incremental"}')"""
+
+
+@pytest.fixture
+def signalled(pg: PgServer, database: str, tmp_path: Path) -> tuple[Config, Lake]:
+    """A pipeline of public.items with Debezium's signal table, started once (its slot made)."""
+    dsn = pg.dsn(database)
+    sql(
+        dsn,
+        "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' FROM generate_series(1, 10) g",
+        signal_table_ddl(TableName("public", "debezium_signal")),
+    )
+    p = make_pipeline(
+        tmp_path, dsn, ["public.items"],
+        snapshot_extra="signal.data.collection: public.debezium_signal\n",
+    )  # fmt: skip
+    config = load_pipeline("p", "local", home=tmp_path)
+    start(config, p.lake)
+    return config, p.lake
+
+
+def test_a_stop_sent_after_an_execute_stops_it_whatever_their_ids(
+    conn: psycopg.Connection[Any], signalled: tuple[Config, Lake]
+) -> None:
+    config, lake = signalled
+    conn.execute(EXECUTE, ("sig-9",))
+    conn.execute(STOP, ("sig-10",))  # 'sig-10' < 'sig-9': by id, the stop came first
+    run = start(config, lake)
+    [job] = load_jobs(lake)
+    assert (job.origin, job.stopped) == ("signal sig-9", True)
+    assert run.jobs == ()
+
+
+def test_a_signal_sent_again_with_a_used_id_runs_again_once(
+    conn: psycopg.Connection[Any], signalled: tuple[Config, Lake]
+) -> None:
+    config, lake = signalled
+    conn.execute(EXECUTE, ("ad-hoc-1",))
+    start(config, lake)
+    conn.execute("DELETE FROM debezium_signal")
+    conn.execute(EXECUTE, ("ad-hoc-1",))
+    start(config, lake)
+    start(config, lake)
+    jobs = load_jobs(lake)
+    assert [j.origin for j in jobs] == ["signal ad-hoc-1", "signal ad-hoc-1"]
+    # only the row still in the table is remembered: the record does not grow without end
+    assert read_json(signals_file(lake)) == {"processed": [jobs[1].signal]}
+
+
+def test_a_signal_whose_job_was_saved_is_not_run_again_after_a_crash(
+    conn: psycopg.Connection[Any], signalled: tuple[Config, Lake]
+) -> None:
+    config, lake = signalled
+    conn.execute(EXECUTE, ("ad-hoc-1",))
+    start(config, lake)
+    write_json(signals_file(lake), {"processed": []})  # died after saving the job, before marking
+    start(config, lake)
+    assert len(load_jobs(lake)) == 1
+    assert read_json(signals_file(lake)) == {"processed": [load_jobs(lake)[0].signal]}
+
+
+def test_signals_processed_by_id_before_an_upgrade_are_not_run_again(
+    conn: psycopg.Connection[Any], signalled: tuple[Config, Lake]
+) -> None:
+    config, lake = signalled
+    conn.execute(EXECUTE, ("ad-hoc-1",))
+    write_json(signals_file(lake), ["ad-hoc-1"])  # the record of earlier versions: ids
+    start(config, lake)
+    assert load_jobs(lake) == []
+    [key] = read_json(signals_file(lake))["processed"]
+    assert key.endswith(":ad-hoc-1")

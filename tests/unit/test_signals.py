@@ -7,7 +7,15 @@ import logging
 import pytest
 
 from cdc_core.identifiers import TableName
-from cdc_core.signals import SignalProblem, SnapshotRequest, StopRequest, parse_signal
+from cdc_core.signals import (
+    SignalProblem,
+    SignalRow,
+    SnapshotRequest,
+    StopRequest,
+    parse_signal,
+    processed_keys,
+    sort_out,
+)
 
 TABLE1 = TableName("schema1", "table1")
 TABLE2 = TableName("schema1", "table2")
@@ -334,3 +342,50 @@ def test_requests_are_hashable_values() -> None:
     request = execute(REFERENCE_EXECUTE)
     assert isinstance(request, SnapshotRequest)
     assert {request, request} == {request}
+
+
+def row(signal_id: str, xmin: str, processed: bool = False) -> SignalRow:
+    return SignalRow(signal_id, "log", None, xmin, processed)
+
+
+def test_a_row_is_known_by_its_inserting_transaction_and_its_id() -> None:
+    assert row("ad-hoc-1", "742").key == "742:ad-hoc-1"
+    assert row("ad-hoc-1", "742").key != row("ad-hoc-1", "918").key
+
+
+def test_rows_not_processed_are_carried_out_in_the_order_read() -> None:
+    rows = [row("sig-9", "10"), row("sig-10", "11", processed=True), row("a-1", "12")]
+    pending, kept = sort_out(rows, {"processed": ["11:sig-10"]})
+    assert [r.id for r in pending] == ["sig-9", "a-1"]
+    assert kept == ["11:sig-10"]
+
+
+def test_processed_keys_of_rows_gone_from_the_table_are_dropped() -> None:
+    stored = {"processed": ["5:ad-hoc-1", "6:ad-hoc-2", "7:ad-hoc-3"]}
+    assert processed_keys(stored) == ["5:ad-hoc-1", "6:ad-hoc-2", "7:ad-hoc-3"]
+    pending, kept = sort_out([row("ad-hoc-2", "6", processed=True)], stored)
+    assert (pending, kept) == ([], ["6:ad-hoc-2"])
+
+
+def test_a_row_inserted_again_with_a_processed_id_is_carried_out() -> None:
+    pending, kept = sort_out([row("ad-hoc-1", "900")], {"processed": ["5:ad-hoc-1"]})
+    assert [r.key for r in pending] == ["900:ad-hoc-1"]
+    assert kept == []
+
+
+def test_a_row_whose_job_was_saved_is_not_carried_out_again() -> None:
+    pending, kept = sort_out([row("ad-hoc-1", "5")], {"processed": []}, carried_out={"5:ad-hoc-1"})
+    assert (pending, kept) == ([], ["5:ad-hoc-1"])
+
+
+def test_ids_recorded_by_earlier_versions_become_keys_of_the_rows_they_name() -> None:
+    stored = ["ad-hoc-1", "gone"]
+    assert processed_keys(stored) == []
+    pending, kept = sort_out([row("ad-hoc-1", "5"), row("ad-hoc-2", "6")], stored)
+    assert [r.id for r in pending] == ["ad-hoc-2"]
+    assert kept == ["5:ad-hoc-1"]
+
+
+@pytest.mark.parametrize("stored", [None, {}, {"processed": None}, "junk"])
+def test_no_usable_record_means_nothing_processed(stored: object) -> None:
+    assert processed_keys(stored) == []
