@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 import psycopg
-from psycopg import pq
+from psycopg import errors, pq
 
 from cdc_core.config import Dsn
 from cdc_core.errors import TerminalError, TransientError
@@ -51,6 +51,46 @@ BATCH_BYTES = 16 << 20  # a stream batch also ends past this many bytes (the rea
 # libpq 17 sends a result's rows in chunks as they come (psycopg's bundled libpq is newer); an
 # older one sends them one at a time, which is slower but reads the same rows
 PEEK_CHUNK = BATCH if pq.version() >= 170000 else 1
+
+
+def decoding_missed_publication(sqlstate: str | None, context: str | None) -> bool:
+    """The server's error says pgoutput met an undefined object while decoding a change: the
+    publication, which it looks up as of that change (a missing slot or table has no decoding
+    context). The context's words may be translated; the plugin's name is not."""
+    return sqlstate == "42704" and '"pgoutput"' in (context or "")
+
+
+def publication_missing(slot: str, publication: str, said: str) -> TerminalError:
+    """The error for a slot holding changes made while its publication did not exist.
+
+    PostgreSQL 15 decodes each change with the catalog as of that change: a change to any
+    table (published or not) made between the publication's drop and its re-creation stops
+    decoding, on every read, and only WAL after the re-creation decodes again. Those changes
+    cannot be read from this slot, so retrying will not help; a new slot and a snapshot will.
+    """
+    return TerminalError(
+        f"publication {publication!r} (source.publication) did not exist when changes still "
+        f"in slot {slot!r} were made (the server said: {said}): PostgreSQL decodes each change "
+        "with the publications as they were when it was made, so the changes made between the "
+        "publication's drop and its re-creation (the next run creates it again unless "
+        "publication.autocreate.mode is disabled) can never be read from this slot, and "
+        "retrying will not help; the slot holds back WAL meanwhile. Take a new slot and a new "
+        f"snapshot: set snapshot.mode: when_needed (if it is not, or always), drop the slot "
+        f"(SELECT pg_drop_replication_slot('{slot}')) and run again"
+    )
+
+
+def _server_said(error: psycopg.Error) -> str:
+    """The error's first line and its decoding context (the slot, the LSN)."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    context = error.diag.context
+    return f"{first} ({context.strip()})" if context else first
+
+
+def _missing_publication(error: psycopg.Error, slot: str, publication: str) -> TerminalError | None:
+    if not decoding_missed_publication(error.sqlstate, error.diag.context):
+        return None
+    return publication_missing(slot, publication, _server_said(error))
 
 
 def _options(publication: str) -> list[str]:
@@ -119,15 +159,13 @@ class StreamSource:
                         self._status(request_reply=False)
                     yield CaughtUp(Lsn(wal_end))
                 continue
+            if n < 0:  # what came last is dropped: the slot is not confirmed past it
+                raise self._ended()
             if batch:  # the socket is drained: hand over what came
                 yield batch
                 batch, nbytes = [], 0
                 probe_at = time.monotonic() + self.idle_probe_s
                 continue
-            if n < 0:
-                raise TransientError(
-                    f"replication stream on slot {self.slot!r} ended: {self._error()}"
-                )
             probe_at = self._wait(probe_at)
 
     def _wait(self, probe_at: float) -> float:
@@ -146,13 +184,23 @@ class StreamSource:
             raise TransientError(f"replication connection lost: {e}") from e
         return probe_at
 
-    def _error(self) -> str:
+    def _ended(self) -> Exception:
+        """Why the server ended the COPY: its error, as psycopg raises it (the SQLSTATE tells
+        `transient_failures` an administrator's shutdown from a decoding error, which no retry
+        fixes), else a lost connection (or a server that finished the stream: shutting down)."""
         assert self.conn is not None
-        return (
-            (self.conn.pgconn.error_message or b"connection closed")
-            .decode(errors="replace")
-            .strip()
-        )
+        pgconn = self.conn.pgconn
+        result = pgconn.get_result()  # the ErrorResponse that ended it, already received
+        if (
+            result is not None
+            and result.status == pq.ExecStatus.FATAL_ERROR
+            and result.error_field(pq.DiagnosticField.SQLSTATE) is not None  # not libpq's own
+        ):
+            error = errors.error_from_result(result, encoding=self.conn.info.encoding)
+            return _missing_publication(error, self.slot, self.publication) or error
+        said = (result.error_message if result is not None else b"") or pgconn.error_message
+        message = (said or b"connection closed").decode(errors="replace").strip()
+        return TransientError(f"replication stream on slot {self.slot!r} ended: {message}")
 
     def confirm(self, position: Lsn) -> None:
         """Report `position` as flushed: everything before it is durably staged."""
@@ -231,8 +279,13 @@ class SqlSource:
                         rows += len(fetched)
                         last = fetched[-1]  # type: ignore[assignment]
                         yield fetched  # type: ignore[misc]  # (bigint, bytea) rows: (int, bytes)
-            except psycopg.OperationalError as e:
-                raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
+            except psycopg.Error as e:
+                missing = _missing_publication(e, self.slot, self.publication)
+                if missing is not None:
+                    raise missing from e
+                if isinstance(e, psycopg.OperationalError):
+                    raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
+                raise
             finally:
                 self._peeking = False
             self.confirm(self._deferred)

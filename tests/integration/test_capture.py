@@ -413,6 +413,54 @@ def test_a_slot_dropped_after_start_stops_the_capture_and_is_not_recreated(
         start(config, p.lake)  # snapshot.mode no_data: the next run stops too
 
 
+@pytest.mark.parametrize("reader", ["stream", "sql"])
+def test_changes_made_while_the_publication_was_dropped_stop_the_capture_for_good(
+    pg: PgServer, database: str, tmp_path: Path, reader: str
+) -> None:
+    """PostgreSQL 15 decodes each change with the publications as of that change: after a
+    drop, every read of the slot fails on the change made while it was gone (42704, the
+    walsender's ERROR ends the COPY), even once the next run has created it again. That is no
+    lost connection to retry forever (exit 75), but the end of this slot: a TerminalError
+    naming the publication and the way out, a new slot and a snapshot, which works."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"], source_extra=f"reader: {reader}\n",
+                      extra="capture:\n  retries: 1\n  retry_backoff_s: 0.1\n")  # fmt: skip
+    config = load_pipeline("p", "local", home=tmp_path)
+    start(config, p.lake)
+    sql(dsn, "INSERT INTO items VALUES (1, 'before the drop')")
+    sql(dsn, f"DROP PUBLICATION pub_{p.slot}")
+    sql(dsn, "INSERT INTO items VALUES (2, 'while it is gone')")
+    recorded = read_json(stream_file(p.lake))
+
+    start(config, p.lake)  # creates the publication again (publication.autocreate.mode)
+    sql(dsn, "INSERT INTO items VALUES (3, 'after the re-creation')")
+    with pytest.raises(TerminalError) as stopped:
+        capture(config, p.lake)
+    run = p.ingest("--capture-only")
+
+    said = str(stopped.value)
+    assert said.startswith(
+        f"publication 'pub_{p.slot}' (source.publication) did not exist when changes still in "
+        f"slot '{p.slot}' were made (the server said: publication \"pub_{p.slot}\" does not exist"
+    )
+    assert f"SELECT pg_drop_replication_slot('{p.slot}')" in said
+    assert "snapshot.mode: when_needed" in said
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert f"error: publication 'pub_{p.slot}' (source.publication) did not exist" in run.stderr
+    assert staged_files(p.changes) == []
+    assert read_json(stream_file(p.lake)) == recorded
+
+    sql(dsn, f"SELECT pg_drop_replication_slot('{p.slot}')")  # the way out the error names
+    p.edit("mode: no_data", "mode: when_needed")
+    config = load_pipeline("p", "local", home=tmp_path)
+    again = start(config, p.lake)
+    assert again.decision.new_slot
+    assert again.decision.snapshot
+    sql(dsn, "INSERT INTO items VALUES (4, 'on the new slot')")
+    assert capture(config, p.lake).changes == 1
+
+
 def test_a_full_disk_while_staging_leaves_no_half_written_file(
     pg: PgServer, database: str, tmp_path: Path
 ) -> None:

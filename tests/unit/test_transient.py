@@ -12,6 +12,7 @@ import pytest
 
 from cdc_core.cli import guarded
 from cdc_core.errors import EXIT_FAILURE, EXIT_TRANSIENT, TerminalError, TransientError
+from cdc_core.pg.replication import decoding_missed_publication, publication_missing
 from cdc_core.transient import as_transient, transient_failures
 
 
@@ -86,6 +87,7 @@ def test_a_psycopg_failure_that_may_pass_is_transient(error: psycopg.Error, says
     "error",
     [
         psycopg.errors.UndefinedTable('relation "t" does not exist'),
+        psycopg.errors.UndefinedObject('publication "p" does not exist'),
         psycopg.errors.ObjectNotInPrerequisiteState(
             "logical decoding requires wal_level >= logical"
         ),
@@ -235,3 +237,30 @@ def test_guarded_says_the_driver_is_gone_when_an_error_s_text_went_with_it(
         "error: unexpected JvmGoneError: its text is lost with the Spark driver (JVM), which is "
         "gone (run with --debug for the traceback)"
     ]
+
+
+DECODING = 'slot "s", output plugin "pgoutput", in the change callback, associated LSN 0/15037C0'
+
+
+@pytest.mark.parametrize(
+    ("state", "context", "missed"),
+    [
+        ("42704", DECODING, True),  # publication "p" does not exist, met decoding a change
+        ("42704", None, False),  # replication slot "s" does not exist: no decoding context
+        ("42P01", DECODING, False),
+        ("57P01", None, False),  # an administrator ended the walsender: a retry may work
+    ],
+)  # fmt: skip
+def test_a_publication_missing_while_decoding_is_told_by_its_state_and_context(
+    state: str, context: str | None, missed: bool
+) -> None:
+    assert decoding_missed_publication(state, context) is missed
+
+
+def test_a_missing_publication_stops_for_good_naming_it_and_the_way_out() -> None:
+    error = publication_missing("s", "p", 'publication "p" does not exist')
+    assert isinstance(error, TerminalError)
+    assert as_transient(error) is None
+    assert str(error).startswith("publication 'p' (source.publication) did not exist")
+    assert "SELECT pg_drop_replication_slot('s')" in str(error)
+    assert "snapshot.mode: when_needed" in str(error)
