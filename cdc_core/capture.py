@@ -127,9 +127,14 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
     started = time.monotonic()
     source = config.pipeline.source
     with connect(source.dsn) as conn:
-        ensure_publication(
-            conn, source.publication, source.tables, source.publication_autocreate_mode
-        )
+        left = ensure_publication(  # adds nothing: only a run's start, which snapshots them
+            conn, source.publication, source.tables, source.publication_autocreate_mode,
+            add=False,
+        )  # fmt: skip
+        if left:
+            log.warning("table %s left publication %s during this run: its changes are not "
+                        "streamed until the next run adds it back and snapshots it",
+                        ", ".join(map(str, left)), source.publication)  # fmt: skip
         if usable_slot(conn, source.slot) is None:  # only a run's start creates the slot
             raise slot_missing(config)
         end = flush_position(conn)

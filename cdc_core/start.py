@@ -21,10 +21,10 @@ from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.pg.catalog import own_rows, table_columns, table_info
+from cdc_core.pg.catalog import own_rows, publication_info, table_columns, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
-from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
+from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, published, slot_state
 from cdc_core.reader import RESET_PREFIX
 from cdc_core.signals import (
     SignalProblem,
@@ -80,7 +80,8 @@ def start(config: Config, lake: Lake) -> RunStart:
             raise TerminalError(f"pipeline {config.pipeline.name}: {why}{decision.fail}")
         slot = None
         if decision.stream or decision.new_slot:
-            ensure_publication(
+            jobs += _left_publication(conn, config, lake, decision, state)  # before it is back:
+            ensure_publication(  # a run that dies in between still snapshots it
                 conn, source.publication, source.tables, source.publication_autocreate_mode
             )
             _check_identities(conn, config)
@@ -208,6 +209,59 @@ def _plan(
         jobs += _from_signals(conn, config, lake, jobs)
     jobs += _from_requests(conn, config, lake)
     return jobs
+
+
+def _left_publication(
+    conn: Conn, config: Config, lake: Lake, decision: Decision, state: StartState
+) -> list[SnapshotJob]:
+    """An incremental snapshot of each captured table the publication no longer publishes
+    (someone ran ALTER PUBLICATION ... DROP TABLE): decoding looks the publication up as of
+    each change, so the changes made while it was out were never sent. `filtered` then adds it
+    back, before any snapshot read's low watermark; the other modes add nothing: the run stops."""
+    source = config.pipeline.source
+    existing = publication_info(conn, source.publication)
+    missing = existing.lacks(source.tables) if existing else []
+    known = set(read_json(known_tables_file(lake)) or [])
+    if missing and source.publication_autocreate_mode != "filtered":
+        # forgotten: the run that finds them published again snapshots them as new tables
+        write_json(known_tables_file(lake), sorted(known - {str(t) for t in missing}))
+        raise _unpublished(conn, config, missing)
+    left = [t for t in missing if str(t) in known]
+    if not left:
+        return []
+    settings = config.pipeline.snapshot
+    full_snapshot = decision.new_slot or (decision.snapshot and not state.snapshot_unfinished)
+    plan = state.stored_position and decision.stream and not full_snapshot
+    then = "snapshotted again" if plan else "read by this run's snapshot"
+    if plan and settings.mode == "no_data":
+        plan, then = False, "not read again (snapshot.mode no_data): run `cdc snapshot` for it"
+    log.warning(
+        "table %s was taken out of publication %s (ALTER PUBLICATION ... DROP TABLE): the "
+        "changes made since were never sent; it is added back and %s",
+        ", ".join(map(str, left)), source.publication, then,
+    )  # fmt: skip
+    if not plan:
+        return []
+    job = plan_job(conn, "incremental", "publication", left, chunk_size=settings.chunk_size)
+    return [_save(lake, job)]
+
+
+def _unpublished(conn: Conn, config: Config, missing: list[TableName]) -> TerminalError:
+    """The error for configured tables a publication the product does not add to lacks."""
+    source = config.pipeline.source
+    add = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+        sql.Identifier(source.publication), published(missing)
+    )
+    if config.pipeline.snapshot.mode == "no_data":
+        then = "run `cdc snapshot` for any it streamed before: its changes meanwhile were lost"
+    else:
+        then = "any it streamed before is snapshotted again: its changes meanwhile were lost"
+    return TerminalError(
+        f"pipeline {config.pipeline.name}: publication {source.publication!r} does not publish "
+        f"{', '.join(map(str, missing))}, so their changes are not streamed, and "
+        f"publication.autocreate.mode {source.publication_autocreate_mode} adds no table to an "
+        f"existing publication. Run {add.as_string(conn)}, then run again ({then})"
+    )
 
 
 def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[SnapshotJob]:

@@ -109,6 +109,10 @@ class PublicationInfo:
     """publish_via_partition_root: a partitioned table's changes come under its own name, not
     under its partitions' (which a pipeline capturing the partitioned table would not know)."""
 
+    def lacks(self, tables: Sequence[TableName]) -> list[TableName]:
+        """The `tables` it does not publish (none when it is FOR ALL TABLES)."""
+        return [] if self.all_tables else [t for t in tables if t not in self.tables]
+
 
 @dataclass(frozen=True)
 class SlotInfo:

@@ -88,12 +88,14 @@ def _check_publishable(conn: Connection, tables: Sequence[TableName]) -> None:
 
 
 def ensure_publication(
-    conn: Connection, name: str, tables: Sequence[TableName], mode: AutocreateMode
-) -> None:
-    """Make publication `name` publish `tables`, per Debezium's `publication.autocreate.mode`.
+    conn: Connection, name: str, tables: Sequence[TableName], mode: AutocreateMode, *,
+    add: bool = True,
+) -> list[TableName]:  # fmt: skip
+    """Make publication `name` publish `tables`, per Debezium's `publication.autocreate.mode`;
+    returns the tables it still does not publish.
 
-    An existing publication is used as it is defined; with `filtered`, configured tables it
-    lacks are added (never removed: another consumer may rely on them).
+    An existing publication is used as it is defined; with `filtered` (and `add`), configured
+    tables it lacks are added (never removed: another consumer may rely on them).
     """
     existing = catalog.publication_info(conn, name)
     pub = sql.Identifier(name)
@@ -112,14 +114,14 @@ def ensure_publication(
                 pub, published(tables), VIA_ROOT
             )
         _execute(conn, create)
-        return
+        return []
     _check_via_root(conn, existing, tables)
-    if existing.all_tables or mode != "filtered":
-        return
-    missing = [t for t in tables if t not in existing.tables]
-    if missing:
-        _check_publishable(conn, missing)
-        _execute(conn, sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, published(missing)))
+    missing = existing.lacks(tables)
+    if not missing or mode != "filtered" or not add:
+        return missing
+    _check_publishable(conn, missing)
+    _execute(conn, sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(pub, published(missing)))
+    return []
 
 
 def autoset_replica_identity(

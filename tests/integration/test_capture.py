@@ -31,6 +31,7 @@ from cdc_core.pg.replication import Checkpoint, SqlSource, StreamSource
 from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
+from cdc_core.snapshot import load_jobs
 from cdc_core.stager import read_metadata, staged_files
 from cdc_core.start import start
 from cdc_core.state import read_json, stream_file
@@ -671,3 +672,34 @@ def test_a_server_restart_mid_run_is_retried_within_the_run(tmp_path: Path) -> N
         assert_staged_equals_truth(p, f"{p.slot}_truth")
     finally:
         cluster_cm.__exit__(None, None, None)
+
+
+def test_a_captured_table_missing_from_a_publication_not_ours_to_change_stops_the_run(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """With publication.autocreate.mode disabled nothing adds it back: the run stops with the
+    statement that does, and the run that finds it published again snapshots it again."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="when_needed")
+    assert p.ingest("--capture-only").returncode == 0
+    pub = f"pub_{p.slot}"
+    p.edit(
+        f"publication: {pub}\n", f"publication: {pub}\n  publication.autocreate.mode: disabled\n"
+    )
+    sql(dsn, f"ALTER PUBLICATION {pub} DROP TABLE items", "INSERT INTO items VALUES (1)")
+
+    run = p.ingest("--capture-only")
+
+    assert run.returncode == 1
+    assert (
+        f"publication '{pub}' does not publish public.items, so their changes are not streamed, "
+        "and publication.autocreate.mode disabled adds no table to an existing publication. "
+        f'Run ALTER PUBLICATION "{pub}" ADD TABLE ONLY "public"."items", then run again'
+    ) in run.stderr
+    assert p.ingest("--capture-only").returncode == 1  # not once only
+    sql(dsn, f"ALTER PUBLICATION {pub} ADD TABLE items")
+    run = p.ingest("--capture-only")
+    assert run.returncode == 0, run.stderr[-3000:]
+    again = [j for j in load_jobs(p.lake) if j.origin == "new tables"]
+    assert [[t.table.qualified for t in j.tables] for j in again] == [["public.items"]]

@@ -1,6 +1,6 @@
 """Schema drift the stream does not show (renamed columns, columns added with a value,
-a table dropped and created again) healed by snapshots, and key changes that stop one mirror
-with its remedy while the other tables go on. Drift the stream does show (added, dropped and
+a table dropped and created again, a table taken out of the publication) healed by snapshots,
+and key changes that stop one mirror with its remedy while the other tables go on. Drift the stream does show (added, dropped and
 widened columns, an incompatible type) is in test_silver_schema.py."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
+from cdc_core.snapshot import load_jobs
 from tests.integration.conftest import PgServer
 from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -86,3 +87,32 @@ def test_drift_is_healed_or_stops_only_its_table(
 def _silver_rows(spark: SparkSession, p: Pipeline, t: TableName) -> list[tuple[object, ...]]:
     df = spark.read.format("delta").load(p.lake.silver(t))
     return sorted(tuple(r) for r in df.select("id", "a", "b").collect())
+
+
+def test_a_table_taken_out_of_the_publication_is_added_back_and_snapshotted_again(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Decoding looks the publication up as of each change: what the application wrote while
+    the table was out is never sent, and adding it back sends only what follows."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 50) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
+    assert p.ingest().returncode == 0
+    sql(dsn, "UPDATE items SET v = 'streamed' WHERE id = 1",
+        f"ALTER PUBLICATION pub_{p.slot} DROP TABLE items",
+        "INSERT INTO items VALUES (51, 'while out')", "UPDATE items SET v = 'while out' WHERE id <= 5",
+        "DELETE FROM items WHERE id BETWEEN 10 AND 14")  # fmt: skip
+
+    run = p.ingest()
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"table public.items was taken out of publication pub_{p.slot}" in run.stderr
+    assert "it is added back and snapshotted again" in run.stderr
+    jobs = [j for j in load_jobs(p.lake) if j.origin == "publication"]
+    assert [[t.table for t in j.tables] for j in jobs] == [[TableName("public", "items")]]
+    assert jobs[0].finished
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items")) == 46
+    sql(dsn, "DELETE FROM items WHERE id = 51")  # streamed again
+    assert p.ingest().returncode == 0
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items")) == 45
