@@ -23,6 +23,7 @@ from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.pg import pgoutput as po
+from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
 
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
@@ -31,9 +32,6 @@ WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""
 HEARTBEAT_PREFIX = "cdc-lake.heartbeat"
 """Prefix of heartbeat messages (`heartbeat.interval.ms`); staged whatever the prefix filters."""
-RESET_PREFIX = "cdc-lake.reset"
-"""Prefix of the message that starts a recreated table's mirror over (content: the table,
-`schema.table`); staged whatever the prefix filters, applied by silver as a TRUNCATE."""
 _INSERT, _UPDATE, _DELETE = b"IUD"
 
 
@@ -112,7 +110,8 @@ class Assembler:
     transaction (or lone message) at or past it ends the run; it is left for the next one.
     Changes of tables outside `tables` are dropped; their transactions still end, which is
     what lets the slot move past WAL that holds nothing for us. So are operations in `skipped`
-    (Debezium codes c, u, d, t) and messages whose prefix `keep_message` rejects.
+    (Debezium codes c, u, d, t) and messages whose prefix `keep_message` rejects, and reset
+    markers for a slot other than `slot` (another pipeline's; None: every one is kept).
     """
 
     def __init__(
@@ -127,6 +126,7 @@ class Assembler:
         skipped: Collection[str] = (),
         columns: ColumnRules = NO_RULES,
         keep_message: Callable[[str], bool] = lambda prefix: True,
+        slot: str | None = None,
     ) -> None:
         self.tables = frozenset(tables)
         self.describe = describe
@@ -137,6 +137,7 @@ class Assembler:
         self.skipped_tags = frozenset(ord(_TAGS[op]) for op in skipped if op in _TAGS)
         self.skip_truncate = "t" in skipped
         self.keep_message = keep_message
+        self.slot = slot
         self.columns = columns
         self.plans: dict[int, ColumnPlan] = {}  # oid -> rewrite, for tables with column rules
         self.relations: dict[int, RelationDescriptor] = {}
@@ -334,11 +335,16 @@ class Assembler:
                 chunk.add(lsn, oid, data)
         return self._split_if_full(chunk)
 
+    def _resets_us(self, content: bytes) -> bool:
+        return self.slot is None or ResetMarker.decode(content).is_for(self.slot)
+
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
         if msg.prefix == WATERMARK_PREFIX or (
             msg.prefix not in (HEARTBEAT_PREFIX, RESET_PREFIX) and not self.keep_message(msg.prefix)
         ):
             return None  # a snapshot read's high watermark, or a message filtered out
+        if msg.prefix == RESET_PREFIX and not self._resets_us(msg.content):
+            return None  # another pipeline's: logical messages reach every slot
         if msg.transactional:
             chunk = self.chunk
             if chunk is None or self.skipping:
