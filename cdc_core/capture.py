@@ -208,6 +208,7 @@ def _capture_until(
             budget=Budget(settings.chunk_changes, settings.chunk_bytes),
             skipped=source.skipped_operations.codes,
             keep_message=source.keeps_message,
+            slot=source.slot,  # reset markers other pipelines on the database write are dropped
             columns=source.column_rules(),
         )
         reader.open(stager.durable_end())

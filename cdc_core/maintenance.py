@@ -47,9 +47,10 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import HISTORY_DEPTH, committing, read_watermark, watermark_depth
 from cdc_core.lsn import Lsn
-from cdc_core.reader import RESET_PREFIX
+from cdc_core.reset_marker import RESET_PREFIX
 from cdc_core.run_lock import run_lock
 from cdc_core.silver import WATERMARK as SILVER_WATERMARK
+from cdc_core.silver import reset_marker
 from cdc_core.silver_batch import after_position
 from cdc_core.silver_table import sql_name
 from cdc_core.spark import build_spark
@@ -344,8 +345,8 @@ def retention_condition(merged: Mapping[str, tuple[int, int]], cutoff_ms: int) -
     reset = message & (F.col("message.prefix") == F.lit(RESET_PREFIX))  # silver applies these
     done = message & ~reset
     for table, (lsn, seq) in merged.items():
-        own = (F.col("source_table") == F.lit(table)) | (
-            reset & (F.col("message.content") == F.lit(table.encode()))
+        own = (F.col("source_table") == F.lit(table)) | reset_marker(
+            table, None
         )  # a table's reset marker is one of its rows: kept until its mirror has merged it
         done = done | (own & ~after_position(lsn, seq))
     return (committed < F.lit(cutoff_ms)) & done

@@ -23,6 +23,7 @@ from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.pg import pgoutput as po
+from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
 
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
@@ -31,9 +32,6 @@ WATERMARK_PREFIX = "cdc-lake.watermark"
 """Prefix of the logical messages snapshot reads write after themselves; never staged."""
 HEARTBEAT_PREFIX = "cdc-lake.heartbeat"
 """Prefix of heartbeat messages (`heartbeat.interval.ms`); staged whatever the prefix filters."""
-RESET_PREFIX = "cdc-lake.reset"
-"""Prefix of the message that starts a recreated table's mirror over (content: the table,
-`schema.table`); staged whatever the prefix filters, applied by silver as a TRUNCATE."""
 _INSERT, _UPDATE, _DELETE = b"IUD"
 _NEW_ONLY = ord("N")  # byte 5 of an UPDATE without an old tuple ('K' old key, 'O' old row)
 
@@ -121,9 +119,10 @@ class Assembler:
     transaction (or lone message) at or past it ends the run; it is left for the next one.
     Changes of tables outside `tables` are dropped; their transactions still end, which is
     what lets the slot move past WAL that holds nothing for us. So are operations in `skipped`
-    (Debezium codes c, u, d, t) and messages whose prefix `keep_message` rejects. An UPDATE
-    with an old tuple is kept when u is skipped: it may be a key change, which Debezium emits
-    as d + c; the envelope drops each event whose op is skipped.
+    (Debezium codes c, u, d, t), messages whose prefix `keep_message` rejects, and reset
+    markers for a slot other than `slot` (another pipeline's; None: every one is kept). An
+    UPDATE with an old tuple is kept when u is skipped: it may be a key change, which Debezium
+    emits as d + c; the envelope drops each event whose op is skipped.
     """
 
     def __init__(
@@ -138,6 +137,7 @@ class Assembler:
         skipped: Collection[str] = (),
         columns: ColumnRules = NO_RULES,
         keep_message: Callable[[str], bool] = lambda prefix: True,
+        slot: str | None = None,
     ) -> None:
         self.tables = frozenset(tables)
         self.describe = describe
@@ -149,6 +149,7 @@ class Assembler:
         self.skip_plain_updates = "u" in skipped
         self.skip_truncate = "t" in skipped
         self.keep_message = keep_message
+        self.slot = slot
         self.columns = columns
         self.plans: dict[int, ColumnPlan] = {}  # oid -> rewrite, for tables with column rules
         self.relations: dict[int, RelationDescriptor] = {}
@@ -348,11 +349,16 @@ class Assembler:
                 chunk.add(lsn, oid, data)
         return self._split_if_full(chunk)
 
+    def _resets_us(self, content: bytes) -> bool:
+        return self.slot is None or ResetMarker.decode(content).is_for(self.slot)
+
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
         if msg.prefix == WATERMARK_PREFIX or (
             msg.prefix not in (HEARTBEAT_PREFIX, RESET_PREFIX) and not self.keep_message(msg.prefix)
         ):
             return None  # a snapshot read's high watermark, or a message filtered out
+        if msg.prefix == RESET_PREFIX and not self._resets_us(msg.content):
+            return None  # another pipeline's: logical messages reach every slot
         if msg.transactional:
             chunk = self.chunk
             if chunk is None or self.skipping:

@@ -29,7 +29,7 @@ from cdc_core.lake_state import committing, read_watermark, table_version
 from cdc_core.lsn import Lsn
 from cdc_core.name_patterns import matches_any
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
-from cdc_core.reader import RESET_PREFIX
+from cdc_core.reset_marker import RESET_PREFIX
 from cdc_core.silver_batch import (
     after_position,
     key_refusal,
@@ -71,6 +71,7 @@ class SilverSettings:
     propagate_columns: tuple[str, ...] = ()  # anchored, case-insensitive: schema.table.column
     propagate_types: tuple[str, ...] = ()  # anchored, case-insensitive: schema.table.<type name>
     threads: int = 1  # mirrors merged at once
+    slot: str | None = None  # the pipeline's: reset markers for another are not applied
 
     def propagates(self, table: str, column: SilverColumn) -> bool:
         """Whether the column's silver field metadata carries its source type."""
@@ -180,7 +181,7 @@ def apply_table(
     mark = read_watermark(spark, path, WATERMARK)
     after = _position(mark[WATERMARK]) if mark else (-1, -1)
     since = shapes_since(mark)
-    rows = _pending(spark, lake, table, after, frontier)
+    rows = _pending(spark, lake, table, after, frontier=frontier, slot=settings.slot)
     ready = _typed_pending(rows, history, since, settings)
     summary = ready.summary if ready is not None else _summary(rows)
     if summary is not None and summary[2] is not None:  # the mirror starts over at a TRUNCATE:
@@ -331,15 +332,10 @@ def _file_start(staged_file: object) -> int:
 
 def _pending(
     spark: SparkSession, lake: Lake, table: TableName, after: tuple[int, ...],
-    frontier: int | None,
+    *, frontier: int | None, slot: str | None,
 ) -> DataFrame:  # fmt: skip
     bronze = spark.read.format("delta").load(lake.bronze)
-    reset = (  # a recreated table's mirror starts over here (`cdc_core.drift`): a TRUNCATE
-        (F.col("source_table") == MESSAGES_TABLE)
-        & (F.col("op") == "m")
-        & (F.col("message.prefix") == RESET_PREFIX)
-        & (F.col("message.content") == F.lit(table.qualified.encode()))
-    )
+    reset = (F.col("op") == "m") & reset_marker(table.qualified, slot)  # a TRUNCATE
     rows = bronze.where(
         F.col("source_table").isin(table.qualified, MESSAGES_TABLE)
         & ((F.col("source_table") == table.qualified) & F.col("op").isin("c", "u", "d", "r", "t")
@@ -349,6 +345,20 @@ def _pending(
     if frontier is not None:  # stream changes are all before it; reads after it wait
         rows = rows.where((F.col("op") != "r") | (F.col("commit_lsn") <= frontier))
     return rows
+
+
+def reset_marker(table: str, slot: str | None) -> Column:
+    """Bronze rows that are reset markers (`cdc_core.reset_marker`) of `table` for the
+    pipeline reading `slot` (None: for any); one in the older form (the bare table name)
+    is for every pipeline. JSON functions return NULL on the older form."""
+    content = F.col("message.content").cast("string")
+    named, slot_named = (F.get_json_object(content, f"$.{k}") for k in ("table", "slot"))
+    ours = F.lit(True) if slot is None else slot_named == F.lit(slot)
+    return (
+        (F.col("source_table") == MESSAGES_TABLE)
+        & (F.col("message.prefix") == F.lit(RESET_PREFIX))
+        & F.when(named.isNull(), content == F.lit(table)).otherwise((named == F.lit(table)) & ours)
+    )
 
 
 def _empty(

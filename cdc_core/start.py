@@ -25,7 +25,7 @@ from cdc_core.pg.catalog import own_rows, publication_info, table_columns, table
 from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, published, slot_state
-from cdc_core.reader import RESET_PREFIX
+from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
 from cdc_core.signals import (
     SignalProblem,
     SignalRow,
@@ -270,9 +270,7 @@ def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[Sn
     planned = []
     for d in found:
         if d.reset:  # in the WAL before the snapshot's windows: silver empties the mirror here
-            conn.execute(
-                "SELECT pg_logical_emit_message(true, %s, %s)", (RESET_PREFIX, d.table.qualified)
-            )
+            _write_reset(conn, config, d.table)
             log.warning("table %s %s: its mirror starts over from here", d.table, d.reason)
         else:
             log.warning("table %s: %s, which no change carried", d.table, d.reason)
@@ -287,7 +285,13 @@ def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[Sn
     return planned
 
 
-def _rebuild_if_dropped(conn: Conn, lake: Lake, table: TableName) -> None:
+def _write_reset(conn: Conn, config: Config, table: TableName) -> None:
+    """A reset marker for this pipeline's mirror of `table` (`cdc_core.reset_marker`)."""
+    marker = ResetMarker(table.qualified, config.pipeline.source.slot)
+    conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (RESET_PREFIX, marker.encode()))
+
+
+def _rebuild_if_dropped(conn: Conn, config: Config, lake: Lake, table: TableName) -> None:
     """A whole-table snapshot of a table bronze holds changes of but whose silver mirror is
     gone (dropped to rebuild it, as a stopped mirror's error says): a reset marker before the
     snapshot's windows, so the mirror is built from the snapshot on, not from every change
@@ -296,7 +300,7 @@ def _rebuild_if_dropped(conn: Conn, lake: Lake, table: TableName) -> None:
         lake, table.qualified
     ):
         return
-    conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (RESET_PREFIX, table.qualified))
+    _write_reset(conn, config, table)
     log.warning("table %s has no silver mirror: it is rebuilt from this snapshot on", table)
 
 
@@ -348,7 +352,7 @@ def _carry_out(
     if isinstance(signal, SnapshotRequest):
         for t in signal.tables:
             if t not in signal.conditions:
-                _rebuild_if_dropped(conn, lake, t)
+                _rebuild_if_dropped(conn, config, lake, t)
         job = plan_job(
             conn, signal.kind, f"signal {row.id}", signal.tables,
             chunk_size=config.pipeline.snapshot.chunk_size,
@@ -403,7 +407,7 @@ def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
             where = query.as_string(conn)
         conditions = {table: where} if where is not None else None
         if conditions is None:
-            _rebuild_if_dropped(conn, lake, table)
+            _rebuild_if_dropped(conn, config, lake, table)
         job = plan_job(conn, kind, "cdc snapshot", [table], conditions=conditions,  # type: ignore[arg-type]
                        chunk_size=config.pipeline.snapshot.chunk_size)  # fmt: skip
         planned.append(_save(lake, job))

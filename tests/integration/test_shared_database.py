@@ -1,0 +1,40 @@
+"""Two pipelines capturing the same table from one database, each with its own slot and lake:
+what one writes into the WAL for itself (a reset marker) reaches the other's slot too, and the
+other leaves it alone."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cdc_core.identifiers import TableName
+from tests.integration.conftest import PgServer
+from tests.integration.harness import ingest_ok, make_pipeline, sql
+from tests.integration.mirror import assert_mirror_equals_source
+
+T = TableName("public", "items")
+
+
+def test_one_pipelines_reset_leaves_another_pipelines_mirror_alone(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 20) g")  # fmt: skip
+    a, b = (make_pipeline(tmp_path / n, dsn, [T.qualified], snapshot="initial") for n in "ab")
+    assert a.slot != b.slot
+    for p in (a, b):
+        ingest_ok(p)
+        assert assert_mirror_equals_source(spark, p.lake, dsn, T) == 20
+
+    # A rebuilds its dropped mirror: its run writes a reset marker, which B's slot gets too
+    shutil.rmtree(a.lake.silver(T))
+    requested = a.cdc("snapshot", "--pipeline", "p", "--table", T.qualified)
+    assert requested.returncode == 0, requested.stderr
+    assert "rebuilt from this snapshot on" in a.ingest().stderr
+    sql(dsn, "UPDATE items SET v = 'after' WHERE id = 1")  # B's run has a change for the table
+    for p in (a, b):
+        ingest_ok(p)
+        assert assert_mirror_equals_source(spark, p.lake, dsn, T) == 20, p.slot
