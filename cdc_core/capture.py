@@ -227,7 +227,9 @@ def _described(config: Config, described: RelationDescriptor) -> RelationDescrip
     deletes (set while the pipeline ran, or before the run found it fixed): capture stops before
     any later change of the table is staged, and the slot stays before it."""
     table = TableName(described.schema, described.table)
-    key = config.pipeline.source.message_key_columns.for_table(table)
+    key = config.pipeline.source.message_key_columns.for_table(
+        table, [c.name for c in described.columns]
+    )
     problem = identity_problem(
         table, described.replica_identity,
         key if key is not None else described.primary_key,

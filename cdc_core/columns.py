@@ -4,10 +4,12 @@ Debezium's `column.include.list` / `column.exclude.list` drop columns (key colum
 columns of a DEFAULT or INDEX replica identity, always stay; under FULL only the key does);
 `column.truncate.to.N.chars`, `column.mask.with.N.chars` and
 `column.mask.hash[.v2].<algorithm>.with.salt.<salt>` rewrite the values of character columns
-(text, varchar, char). The reader rewrites each pgoutput row message of an affected table
-(`ColumnPlan.rewrite`) and stages the table's descriptor without the dropped columns, so
-staged files, bronze and silver never see what was removed; snapshot reads select only the
-kept columns and pass their values through the same functions.
+(text, varchar, char). A column several rules match gets only the first in Debezium's
+order (truncate, mask, hash v1, hash v2: `ColumnMappers.mapperFor`). The reader rewrites each
+pgoutput row message of an affected table (`ColumnPlan.rewrite`) and stages the table's
+descriptor without the dropped columns, so staged files, bronze and silver never see what was
+removed; snapshot reads select only the kept columns and pass their values through the same
+functions.
 
 Hashes are Debezium's: hex(digest(salt bytes + value bytes)), lower case, cut to the
 column's declared length (varchar(n), char(n)) if it has one. The value's bytes are, for v2,
@@ -21,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
@@ -132,6 +134,14 @@ class Rule:
     def matches(self, column_id: str) -> bool:
         return matches_any(self.patterns, column_id)
 
+    def rank(self) -> int:
+        """Where Debezium registers the rule: truncate, mask, hash v1, hash v2."""
+        if self.truncate is not None:
+            return 0
+        if self.mask is not None:
+            return 1
+        return 3 if self.v2 else 2
+
     def transform(self, column: ColumnDescriptor) -> Transform:
         if self.truncate is not None:
             return truncate(self.truncate)
@@ -159,6 +169,12 @@ class ColumnRules:
     def __bool__(self) -> bool:
         return bool(self.include or self.exclude or self.rules)
 
+    def _in_debezium_order(self) -> list[Rule]:
+        """The rules in the order Debezium's `ColumnMappers.create` registers them: every
+        truncate rule, then every mask, then hash v1, then hash v2 (each kind in the order
+        written); `mapperFor` applies the first that matches a column and no other."""
+        return sorted(self.rules, key=Rule.rank)
+
     def plan(self, descriptor: RelationDescriptor) -> ColumnPlan | None:
         """How a table's rows are rewritten; None when nothing changes for it."""
         if not self:
@@ -175,25 +191,13 @@ class ColumnRules:
                 continue
             keep.append(i)
             if c.base_type in CHARACTER_TYPES and not c.is_array:
-                chain = [r.transform(c) for r in self.rules if r.matches(column_id)]
-                if chain:
-                    transforms[len(keep) - 1] = _chain(chain)
+                rule = next((r for r in self._in_debezium_order() if r.matches(column_id)), None)
+                if rule is not None:
+                    transforms[len(keep) - 1] = rule.transform(c)
         if len(keep) == len(descriptor.columns) and not transforms:
             return None
         kept = replace(descriptor, columns=tuple(descriptor.columns[i] for i in keep))
         return ColumnPlan(kept, tuple(keep), transforms, len(descriptor.columns))
-
-
-def _chain(transforms: Sequence[Transform]) -> Transform:
-    if len(transforms) == 1:
-        return transforms[0]
-
-    def apply(value: str) -> str:
-        for t in transforms:
-            value = t(value)
-        return value
-
-    return apply
 
 
 NO_RULES = ColumnRules()

@@ -186,7 +186,7 @@ def _published_without_key(source: SourceConfig, failures: list[Check]) -> list[
 def _leaves_key_out(info: TableInfo | None, source: SourceConfig) -> bool:
     if info is None:
         return False
-    key = source.message_key_columns.for_table(info.name)
+    key = source.message_key_columns.for_table(info.name, info.columns)
     return table_identity_problem(info, key) is not None
 
 
@@ -286,7 +286,7 @@ def batch(
         session_of(spark), lake, pipeline.source.dsn, begun.jobs, pipeline=pipeline.name,
         max_threads=snap.max_threads, fetch_size=snap.fetch_size,
         catch_up=catch_up if streaming else None,
-        keys=pipeline.source.message_key_columns.for_table,
+        keys=pipeline.source.message_key_columns,
         rules=pipeline.source.column_rules(), skipped=pipeline.source.skipped_operations.codes,
     ) if begun.jobs else 0  # fmt: skip
     if streaming:

@@ -35,6 +35,7 @@ from cdc_core.bronze import WATERMARK as STAGED_END
 from cdc_core.bronze import applied_end, ensure_bronze, record_schema
 from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.config import Dsn
+from cdc_core.config.model import NO_KEYS, KeyColumns
 from cdc_core.envelope import BRONZE
 from cdc_core.errors import TerminalError, TransientError
 from cdc_core.events import RelationDescriptor
@@ -68,7 +69,7 @@ class GroupRead:
     fetch_size: int
     columns: tuple[str, ...] = ()  # as the catalog has them under the read's lock
     primary_key: tuple[str, ...] = ()  # the events' key (the chunk key may be a surrogate)
-    key_override: tuple[str, ...] | None = None  # message.key.columns for this table
+    keys: KeyColumns = NO_KEYS  # message.key.columns
     rules: ColumnRules = NO_RULES  # column filters and transforms
     skipped: frozenset[str] = frozenset()  # skipped.operations: stream events bronze never gets
 
@@ -245,7 +246,8 @@ def read_group(
         props["password"] = coordinator.info.password  # libpq found it, JDBC would not
     try:
         before, exported = _take_snapshot(coordinator, read.table, lock_timeout_ms)
-        shape = catalog_descriptor(coordinator, read.table).keyed(read.key_override)  # locked
+        shape = catalog_descriptor(coordinator, read.table)  # locked
+        shape = shape.keyed(read.keys.for_table(read.table, [c.name for c in shape.columns]))
         plan = read.rules.plan(shape)
         if plan is not None:  # only the kept columns are read
             shape = plan.descriptor
@@ -523,7 +525,7 @@ class Progress:
 def read_jobs(
     spark: SparkSession, lake: Lake, dsn: Dsn, jobs: Sequence[SnapshotJob], *,
     pipeline: str, max_threads: int, fetch_size: int, catch_up: CatchUp | None,
-    keys: Callable[[TableName], tuple[str, ...] | None] = lambda table: None,
+    keys: KeyColumns = NO_KEYS,
     rules: ColumnRules = NO_RULES, skipped: frozenset[str] = frozenset(),
 ) -> int:  # fmt: skip
     """Read every pending group of `jobs` into bronze; returns the rows read. `catch_up`:
@@ -546,7 +548,7 @@ def read_jobs(
             group = GroupRead(
                 job.id, job.kind, pipeline, database, part.table, part.plan,
                 tuple(by_number[c] for c in groups[n]), n, part.condition, part.select, fetch_size,
-                key_override=keys(part.table), rules=rules, skipped=skipped,
+                keys=keys, rules=rules, skipped=skipped,
             )  # fmt: skip
             try:
                 view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up)

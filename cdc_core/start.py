@@ -21,7 +21,7 @@ from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.pg.catalog import own_rows, publication_info, table_columns, table_info
+from cdc_core.pg.catalog import own_rows, publication_info, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, published, slot_state
@@ -151,26 +151,25 @@ def slot_missing(config: Config) -> TerminalError:
 
 
 def _check_identities(conn: Conn, config: Config) -> None:
-    """Every message.key.columns override names columns the table has, and every captured
-    table's deletes carry the key its mirror matches them by (`identity_problem`)."""
+    """Every captured table's deletes carry the key its mirror matches them by
+    (`identity_problem`); a message.key.columns column a matching table lacks is named in a
+    warning (Debezium ignores it, and so does the key)."""
     source = config.pipeline.source
     for table, info in table_info(conn, source.tables).items():
         if info is None:
             continue  # the doctor names missing tables
-        key = source.message_key_columns.for_table(table)
+        keys = source.message_key_columns
         where = f"{config.pipeline_file}: source.message.key.columns"
-        if not key:
-            where = f"pipeline {config.pipeline.name}"
-        else:
-            names = [c.name for c in table_columns(conn, table)]
-            missing = [c for c in key if c not in names]
-            if missing:
-                raise TerminalError(
-                    f"{where}: {table} has no column {', '.join(missing)} (its columns: "
-                    f"{', '.join(names)})"
-                )
+        unmatched = keys.unmatched(table, info.columns)
+        if unmatched:
+            log.warning(
+                "%s: %s has no column %s (its columns: %s); ignored, as Debezium ignores it",
+                where, table, ", ".join(unmatched), ", ".join(info.columns),
+            )  # fmt: skip
+        key = keys.for_table(table, info.columns)
         problem = table_identity_problem(info, key)
         if problem:
+            where = where if key else f"pipeline {config.pipeline.name}"
             raise TerminalError(f"{where}: {problem}")
 
 

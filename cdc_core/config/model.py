@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -178,7 +178,15 @@ class Operations:
 
 @dataclass(frozen=True)
 class KeyColumns:
-    """Debezium's `message.key.columns`: `<table regex>:<col>,<col>;<table regex>:<col>`."""
+    """Debezium's `message.key.columns`: `<table regex>:<col>,<col>;<table regex>:<col>`.
+
+    Resolved as Debezium's `Key.CustomKeyMapper` resolves it (3.x): every `<table regex>:<col>`
+    pair of every entry becomes the regular expression `<table regex>.<col>`, matched (anchored,
+    ignoring case) against each column's `schema.table.column`. The key is, pair by pair in the
+    order written, the columns each pair matches, in table order: the union of every entry that
+    matches the table, not the first. A named column the table lacks adds nothing; when no pair
+    matches any column the primary key stays the key.
+    """
 
     entries: tuple[tuple[str, tuple[str, ...]], ...] = ()
     type_name = "regex:col,col;regex:col"
@@ -196,22 +204,47 @@ class KeyColumns:
                     f"{part!r} is not <schema.table regex>:<column>,<column> "
                     "(for example public.orders:id,line; use ; between tables)"
                 )
+            for column in columns:
+                checked_pattern(f"{table.strip()}.{column}")
             entries.append((checked_pattern(table.strip()), columns))
         return cls(tuple(entries))
 
-    def for_table(self, table: TableName) -> tuple[str, ...] | None:
-        """The key columns configured for `table` (the first entry that matches), or None."""
+    def for_table(self, table: TableName, columns: Sequence[str]) -> tuple[str, ...] | None:
+        """The key of `table`, whose columns are `columns` in table order; None when no pair
+        matches one of them (the primary key stays the key). A column two pairs match is
+        listed once, where the first put it."""
+        key: dict[str, None] = {}
+        for regex in self._pairs():
+            key.update(dict.fromkeys(c for c in columns if matches(regex, _column_id(table, c))))
+        return tuple(key) or None
+
+    def unmatched(self, table: TableName, columns: Sequence[str]) -> list[str]:
+        """The `<col>` items of entries that match `table` which match none of its columns
+        (Debezium ignores them without a word)."""
         qualified = f"{table.schema}.{table.name}"
-        for pattern, columns in self.entries:
-            if matches(pattern, qualified):
-                return columns
-        return None
+        return [
+            name
+            for pattern, names in self.entries
+            if matches(pattern, qualified)
+            for name in names
+            if not any(matches(f"{pattern}.{name}", _column_id(table, c)) for c in columns)
+        ]
+
+    def _pairs(self) -> list[str]:
+        return [f"{pattern}.{name}" for pattern, names in self.entries for name in names]
 
     def __bool__(self) -> bool:
         return bool(self.entries)
 
     def __str__(self) -> str:
         return ";".join(f"{t}:{','.join(c)}" for t, c in self.entries)
+
+
+NO_KEYS = KeyColumns()
+
+
+def _column_id(table: TableName, column: str) -> str:
+    return f"{table.schema}.{table.name}.{column}"
 
 
 @dataclass(frozen=True)
@@ -373,10 +406,12 @@ class SourceConfig:
                       "column.mask.hash.<algorithm>.with.salt.<salt>"),
     )  # fmt: skip
     message_key_columns: KeyColumns = field(
-        default=KeyColumns(),
+        default=NO_KEYS,
         metadata=meta("the key of tables whose schema.table matches (anchored, "
                       "case-insensitive): replaces the primary key, or gives a table without "
-                      "one a key (silver then MERGEs on it). Its columns must be in the "
+                      "one a key (silver then MERGEs on it). Every entry that matches adds its "
+                      "columns, in the order written; a column the table lacks is ignored, and "
+                      "with none found the primary key stays. Its columns must be in the "
                       "replica identity (REPLICA IDENTITY FULL for columns outside the "
                       "primary key), or deletes could not find their row",
                       key="message.key.columns", debezium="message.key.columns",

@@ -41,6 +41,8 @@ class TableInfo:
     schema_usage: bool
     is_owner: bool
     """The current role owns the table, directly or through a role it inherits (or is superuser)."""
+    columns: tuple[str, ...]
+    """Its live columns in table order (what message.key.columns is matched against)."""
 
     @property
     def identity_columns(self) -> tuple[str, ...]:
@@ -154,7 +156,9 @@ SELECT t.ord, c.oid, c.relkind, pg_get_userbyid(c.relowner), c.relreplident,
         WHERE i.indrelid = c.oid AND i.indisreplident),
        (SELECT {_INDEX_COLUMNS} FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
        has_table_privilege(c.oid, 'SELECT'), has_schema_privilege(n.oid, 'USAGE'),
-       pg_has_role(c.relowner, 'USAGE')
+       pg_has_role(c.relowner, 'USAGE'),
+       ARRAY(SELECT a.attname::text FROM pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
 JOIN pg_namespace n ON n.nspname = t.schema_name
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name AND c.relkind IN ('r', 'p')
@@ -168,7 +172,7 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
     """
     rows = _rows(conn, _TABLE_INFO, ([t.schema for t in tables], [t.name for t in tables]))
     found: dict[TableName, TableInfo | None] = dict.fromkeys(tables)
-    for ord_, oid, relkind, owner, ident, pk, index, index_cols, select, usage, owns in rows:
+    for ord_, oid, relkind, owner, ident, pk, index, index_cols, select, usage, owns, cols in rows:
         name = tables[int(ord_) - 1]
         found[name] = TableInfo(
             name=name,
@@ -182,6 +186,7 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
             can_select=bool(select),
             schema_usage=bool(usage),
             is_owner=bool(owns),
+            columns=tuple(cols or ()),
         )
     return found
 

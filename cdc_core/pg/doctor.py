@@ -267,10 +267,20 @@ def _publication(ctx: _Context) -> Check:
         problems.append(f"it does not publish {', '.join(absent_ops)}")
         publish = "ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate');"
         fixes.append(ctx.render(publish, pub_id))
-    # Only missing tables make the product run ALTER PUBLICATION ... ADD TABLE, which needs
-    # ownership of the publication and of each table it adds (PostgreSQL 15).
+    # Only missing tables make the product run ALTER PUBLICATION ... ADD TABLE (and only under
+    # publication.autocreate.mode filtered), which needs ownership of the publication and of
+    # each table it adds (PostgreSQL 15). The other modes stop the run (`start._unpublished`).
+    mode = ctx.source.publication_autocreate_mode
     not_owned = [i.name for i in present if i.name in missing and not i.is_owner]
-    if missing and (not pub.is_owner or not_owned):
+    if missing and mode != "filtered":
+        problems.append(
+            f"publication.autocreate.mode {mode} adds no table to an existing publication: "
+            f"a run stops until {_names(missing)} {'is' if len(missing) == 1 else 'are'} added"
+        )
+        add = ctx.render("ALTER PUBLICATION {} ADD TABLE {};", pub_id,
+                         published(missing))  # fmt: skip
+        fixes += [add, f"(run as {_q(pub.owner)} if it owns those tables, or as a superuser)"]
+    elif missing and (not pub.is_owner or not_owned):
         owners = f"the publication ({_q(pub.owner)}) and of the tables"
         problems.append(
             f"{_q(ctx.role.name)} cannot add {_names(missing)}: only the owner of {owners} can"
@@ -399,7 +409,8 @@ def _identity(ctx: _Context, t: TableName, info: TableInfo | None) -> Check:
             f"\n{SHARED_OWNERSHIP}"
         )
         return Check(name, "fail", detail, fix)
-    problem = table_identity_problem(info, ctx.source.message_key_columns.for_table(t))
+    key = ctx.source.message_key_columns.for_table(t, info.columns)
+    problem = table_identity_problem(info, key)
     if problem:
         return Check(name, "fail", problem, _identity_fix(ctx, info))
     ident, pk = info.replica_identity, info.primary_key
@@ -424,12 +435,13 @@ def _identity(ctx: _Context, t: TableName, info: TableInfo | None) -> Check:
 
 def _identity_fix(ctx: _Context, info: TableInfo) -> str:
     """The identity that carries the table's key: its primary key's, or whole old rows."""
-    key = ctx.source.message_key_columns.for_table(info.name)
+    key = ctx.source.message_key_columns.for_table(info.name, info.columns)
     by_pk = info.primary_key and set(key or info.primary_key) <= set(info.primary_key)
     target = sql.SQL("DEFAULT" if by_pk else "FULL")
     fix = ctx.render("ALTER TABLE {} REPLICA IDENTITY {};", _table_id(info.name), target)
     if info.identity_columns:
-        override = f"{re.escape(info.name.qualified)}:{','.join(info.identity_columns)}"
+        columns = ",".join(map(re.escape, info.identity_columns))
+        override = f"{re.escape(info.name.qualified)}:{columns}"
         fix += f"\nor {ctx.pipeline_file}: source.message.key.columns: {override}"
     return fix + ("" if info.is_owner else f"\n(run as {_q(info.owner)}, its owner)")
 

@@ -63,7 +63,7 @@ def _way_out(table: TableName, target: str, identity_columns: tuple[str, ...]) -
     alter = f"Run ALTER TABLE {table} REPLICA IDENTITY {target}"
     if not identity_columns:
         return alter
-    override = f"{re.escape(table.qualified)}:{','.join(identity_columns)}"
+    override = f"{re.escape(table.qualified)}:{','.join(map(re.escape, identity_columns))}"
     return f"{alter}, or key it by its replica identity (source.message.key.columns: {override})"
 
 

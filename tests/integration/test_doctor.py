@@ -396,6 +396,30 @@ def test_an_existing_publication_missing_a_table_needs_its_owner(
     assert fixed.detail == '"orders_cdc" publishes 2 of 2 tables; used as it is (owner "postgres")'
 
 
+@pytest.mark.parametrize("mode", ["disabled", "all_tables"])
+def test_a_publication_lacking_tables_fails_when_the_mode_adds_none(
+    pg: PgServer, shop: str, tmp_path: Path, mode: str
+) -> None:
+    # Only `filtered` adds tables to an existing publication; the other modes stop the run
+    # (start._unpublished), so the doctor fails and gives the statement to run.
+    run(pg, shop, "CREATE PUBLICATION orders_cdc FOR TABLE customers")
+    config = make_config(
+        tmp_path, pg.dsn(shop), sections={"source": {"publication.autocreate.mode": mode}}
+    )
+
+    result = check(run_doctor(config), "publication")
+    assert result.status == "fail"
+    assert result.detail == (
+        f'"orders_cdc" publishes 1 of 2 tables; publication.autocreate.mode {mode} adds no table '
+        "to an existing publication: a run stops until public.orders is added"
+    )
+    assert result.fix is not None
+    assert (
+        result.fix.splitlines()[0]
+        == 'ALTER PUBLICATION "orders_cdc" ADD TABLE ONLY "public"."orders";'
+    )
+
+
 def test_a_publication_owner_may_add_the_tables_it_owns_without_owning_the_others(
     pg: PgServer, shop: str, role: str, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdc_core.config import load_env, load_pipeline
+from cdc_core.config.model import KeyColumns
 from cdc_core.errors import ConfigError
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
@@ -595,5 +596,41 @@ def test_message_prefixes_keys_and_identity_rules_match_in_any_case(tmp_path: Pa
     assert source.pipeline.source.keeps_message("Outbox-1")
     assert not source.pipeline.source.keeps_message("audit")
     orders = TableName("public", "orders")
-    assert source.pipeline.source.message_key_columns.for_table(orders) == ("id",)
+    keys = source.pipeline.source.message_key_columns
+    assert keys.for_table(orders, ["ID", "total"]) == ("ID",)
     assert source.pipeline.source.replica_identity_autoset_values.for_table(orders) == "FULL"
+
+
+ORDERS = TableName("public", "orders")
+
+
+def test_message_key_columns_take_every_matching_entry_in_the_order_written() -> None:
+    # Debezium's Key.CustomKeyMapper: each table:column pair in turn adds the columns it
+    # matches, so entries for public.* and for public.orders both count.
+    keys = KeyColumns.parse("public\\.orders:line;public\\..*:tenant,id")
+    columns = ["id", "tenant", "line", "total"]
+    assert keys.for_table(ORDERS, columns) == ("line", "tenant", "id")
+    assert keys.for_table(TableName("public", "customers"), ["id", "tenant"]) == ("tenant", "id")
+
+
+def test_message_key_columns_list_a_column_two_entries_name_once() -> None:
+    keys = KeyColumns.parse("public.orders:id;public.*:id,tenant")
+    assert keys.for_table(ORDERS, ["tenant", "id"]) == ("id", "tenant")
+
+
+def test_a_message_key_column_is_a_pattern_matched_in_table_order() -> None:
+    keys = KeyColumns.parse("public.orders:k.*")
+    assert keys.for_table(ORDERS, ["k2", "x", "K1"]) == ("k2", "K1")
+
+
+def test_a_message_key_column_the_table_lacks_is_ignored() -> None:
+    keys = KeyColumns.parse("public.orders:id,nope")
+    assert keys.for_table(ORDERS, ["id", "total"]) == ("id",)
+    assert keys.unmatched(ORDERS, ["id", "total"]) == ["nope"]
+    assert keys.unmatched(TableName("public", "other"), ["id"]) == []
+
+
+def test_message_key_columns_matching_no_column_leave_the_primary_key() -> None:
+    keys = KeyColumns.parse("public.orders:nope")
+    assert keys.for_table(ORDERS, ["id", "total"]) is None
+    assert keys.for_table(TableName("public", "customers"), ["nope"]) is None
