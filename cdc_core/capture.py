@@ -13,13 +13,14 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 import psycopg
 
 from cdc_core import faults
 from cdc_core.config import Config
+from cdc_core.drift import catalog_entries
 from cdc_core.errors import TerminalError, TransientError
 from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
@@ -40,7 +41,7 @@ from cdc_core.pg.slot import (
 from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budget
 from cdc_core.stager import Limits, StagedFile, Stager, XidFloor
 from cdc_core.start import slot_missing
-from cdc_core.state import heartbeat_file, read_json, record_confirmed, write_json
+from cdc_core.state import catalog_file, heartbeat_file, read_json, record_confirmed, write_json
 from cdc_core.transient import transient_failures
 
 log = logging.getLogger("cdc_core.capture")
@@ -210,6 +211,7 @@ def _capture_until(
             keep_message=source.keeps_message,
             slot=source.slot,  # reset markers other pipelines on the database write are dropped
             columns=source.column_rules(),
+            oids=_captured_oids(catalog_conn, lake, source.tables),
         )
         reader.open(stager.durable_end())
         try:
@@ -219,6 +221,21 @@ def _capture_until(
             reader.confirm(stager.durable_end())
         finally:
             reader.close()
+
+
+def _captured_oids(
+    conn: psycopg.Connection[tuple[object, ...]], lake: Lake, tables: Sequence[TableName]
+) -> dict[TableName, int]:
+    """Each captured table's OID, which the reader follows it by through renames and moves: the
+    catalog's now, past the end of the WAL this capture reads, else the one the run's start
+    recorded (a table renamed since is not found by its name)."""
+    recorded = read_json(catalog_file(lake)) or {}
+    oids = {
+        t: int(str(entry["oid"]))
+        for t in tables
+        if isinstance(entry := recorded.get(str(t)), dict) and "oid" in entry
+    }
+    return oids | {t: e.oid for t, e in catalog_entries(conn, list(tables)).items()}
 
 
 def _described(config: Config, described: RelationDescriptor) -> RelationDescriptor:

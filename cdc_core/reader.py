@@ -10,8 +10,10 @@ messages come from a source in `cdc_core.pg.replication`.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +26,8 @@ from cdc_core.identifiers import TableName
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.pg import pgoutput as po
 from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
+
+log = logging.getLogger("cdc_core.reader")
 
 Describe = Callable[[po.Relation, dict[int, str]], RelationDescriptor]
 
@@ -123,6 +127,15 @@ class Assembler:
     markers for a slot other than `slot` (another pipeline's; None: every one is kept). An
     UPDATE with an old tuple is kept when u is skipped: it may be a key change, which Debezium
     emits as d + c; the envelope drops each event whose op is skipped.
+
+    A captured table is followed by its OID: pgoutput names a relation as the catalog had it
+    when the change was made, so the changes of a table renamed or moved to another schema
+    arrive under the other name; they are captured under the configured one, with a warning.
+    `oids`: the catalog's OID of each captured table at the end of the WAL read (`stop_at`); a
+    table without one (not found under its name) is followed by the OID of the last Relation
+    message under its name. A configured name that arrives with another OID (the table dropped
+    and created again, or another table renamed to it) is captured by name, as it always was,
+    but that OID is not followed under other names.
     """
 
     def __init__(
@@ -138,8 +151,11 @@ class Assembler:
         columns: ColumnRules = NO_RULES,
         keep_message: Callable[[str], bool] = lambda prefix: True,
         slot: str | None = None,
+        oids: Mapping[TableName, int] | None = None,
     ) -> None:
         self.tables = frozenset(tables)
+        self.followed = {oid: t for t, oid in (oids or {}).items() if t in self.tables}
+        self.pinned = frozenset(self.followed.values())  # their OID as of the end is known
         self.describe = describe
         self.skip_before = skip_before.value
         self.stop_at = stop_at.value if stop_at is not None else None
@@ -258,7 +274,7 @@ class Assembler:
         elif isinstance(msg, po.Commit):
             return self._commit(msg)
         elif isinstance(msg, po.Relation):
-            return self._relation(msg)
+            return self._relation(lsn, msg)
         elif isinstance(msg, po.TypeInfo):
             self.type_names[msg.oid] = f"{msg.namespace}.{msg.name}"
         elif isinstance(msg, po.Truncate):
@@ -309,16 +325,25 @@ class Assembler:
             return None
         return self._split(chunk)
 
-    def _relation(self, msg: po.Relation) -> ChangeChunk | None:
+    def _relation(self, lsn: int, msg: po.Relation) -> ChangeChunk | None:
         """Record a table's shape. A new shape of a table mid-chunk splits the chunk first, so
         each chunk reads every table with one descriptor."""
-        if TableName(msg.namespace or "pg_catalog", msg.name) not in self.tables:
+        named = TableName(msg.namespace or "pg_catalog", msg.name)
+        table = self._captured_as(named, msg.oid)
+        if table is None:
+            handed = self._split_before(msg.oid)  # changes of it in the chunk keep their version
             self.versions.pop(msg.oid, None)
-            return None
-        chunk = self.chunk
-        handed: ChangeChunk | None = None
-        if chunk is not None and len(chunk) and msg.oid in self.versions and not self.skipping:
-            handed = self._split(chunk)
+            return handed
+        if table != named:
+            log.warning(
+                "table %s is called %s at LSN %s (renamed, or moved to another schema; same "
+                "oid %d): its changes under that name are captured as %s's. If it keeps that "
+                "name, the next run stops at its start (%s does not exist): rename it back, or "
+                "put the new name in source.tables",
+                table, named, Lsn(lsn), msg.oid, table, table,
+            )  # fmt: skip
+            msg = dataclasses.replace(msg, namespace=table.schema, name=table.name)
+        handed = self._split_before(msg.oid)
         described = self.describe(msg, self.type_names)
         version = self.versions.get(msg.oid, -1) + 1
         descriptor = RelationDescriptor(
@@ -338,6 +363,25 @@ class Assembler:
         else:
             self.new_relations.append(descriptor)
         return handed
+
+    def _captured_as(self, named: TableName, oid: int) -> TableName | None:
+        """The configured table a relation is captured as, or None: by its name when that is
+        configured, else by its OID."""
+        if named not in self.tables:
+            return self.followed.get(oid)
+        if named not in self.pinned:  # followed by its OID of the moment
+            for before in [o for o, t in self.followed.items() if t == named and o != oid]:
+                del self.followed[before]  # dropped and created again, or another table renamed
+            self.followed[oid] = named
+        return named
+
+    def _split_before(self, oid: int) -> ChangeChunk | None:
+        """Hand over the open chunk when it holds changes of `oid`'s current shape, before that
+        shape is replaced or dropped: a chunk reads each table with one descriptor."""
+        chunk = self.chunk
+        if chunk is None or not len(chunk) or oid not in self.versions or self.skipping:
+            return None
+        return self._split(chunk)
 
     def _truncate(self, lsn: int, msg: po.Truncate, data: bytes) -> ChangeChunk | None:
         """One change per captured table, each keeping the whole TRUNCATE message."""

@@ -377,15 +377,48 @@ def _tables(ctx: _Context) -> list[Check]:
 
 
 def _missing_table(ctx: _Context, t: TableName, known: list[TableName]) -> Check:
+    where = f"{ctx.pipeline_file}: source.tables:"
+    renamed = _renamed(ctx, t)
+    if renamed is not None:
+        return renamed
     by_text = {k.qualified.lower(): k for k in known}
     close = difflib.get_close_matches(t.qualified.lower(), list(by_text), n=1, cutoff=0.6)
-    where = f"{ctx.pipeline_file}: source.tables:"
     if not close:
         detail = f"{t} does not exist in database {_q(ctx.database.name)}"
         return Check(f"table {t}", "fail", detail, f"create it, or {where} remove {t}")
     match = by_text[close[0]]
     detail = f"{t} does not exist (did you mean {match}?)"
     return Check(f"table {t}", "fail", detail, f"{where} write {match} instead of {t}")
+
+
+def _renamed(ctx: _Context, t: TableName) -> Check | None:
+    """A missing table that is likely renamed or moved: the pipeline's publication (which
+    publishes a table by its oid, whatever its name) publishes one table source.tables does not
+    name. Renamed back, the changes made under the other name are captured as its own."""
+    pub = catalog.publication_info(ctx.conn, ctx.source.publication)
+    if pub is None or pub.all_tables:
+        return None
+    unnamed = sorted(pub.tables - set(ctx.tables) - {ctx.signal_table})
+    if len(unnamed) != 1:
+        return None
+    (other,) = unnamed
+    back = []
+    if other.schema != t.schema:
+        move = "ALTER TABLE {} SET SCHEMA {};"
+        back.append(ctx.render(move, _table_id(other), sql.Identifier(t.schema)))
+    if other.name != t.name:
+        moved = _table_id(TableName(t.schema, other.name))
+        back.append(ctx.render("ALTER TABLE {} RENAME TO {};", moved, sql.Identifier(t.name)))
+    detail = (
+        f"{t} does not exist; publication {_q(pub.name)} publishes {other}, which source.tables "
+        f"does not name: {t} renamed or moved to it?"
+    )
+    fix = (
+        f"{' '.join(back)} (its changes made meanwhile are then captured as {t}'s); or "
+        f"{ctx.pipeline_file}: source.tables: write {other} instead of {t} (a new table: "
+        "snapshotted, with a mirror of its own)"
+    )
+    return Check(f"table {t}", "fail", detail, fix)
 
 
 def _replica_identity(ctx: _Context) -> list[Check]:

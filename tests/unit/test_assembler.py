@@ -329,3 +329,104 @@ def test_blocks_of_row_changes_split_and_filter_as_one_change_at_a_time(budget: 
 
 def run_messages(assembler: Assembler, stream: list[tuple[int, bytes]]) -> list:
     return [c for lsn, data in stream if (c := assembler.feed(lsn, data)) is not None]
+
+
+# A captured table renamed or moved: pgoutput names it as the catalog had it at each change.
+
+
+def _relation(oid: int, schema: str, name: str) -> bytes:
+    column = b"\x01id\x00" + struct.pack(">Ii", 20, -1)
+    return (b"R" + struct.pack(">I", oid) + schema.encode() + b"\x00" + name.encode() + b"\x00d"
+            + struct.pack(">h", 1) + column)  # fmt: skip
+
+
+def _insert(oid: int, value: int) -> bytes:
+    text = str(value).encode()
+    return b"I" + struct.pack(">I", oid) + b"N" + struct.pack(">hci", 1, b"t", len(text)) + text
+
+
+def _transaction(lsn: int, *messages: bytes) -> list[tuple[int, bytes]]:
+    """BEGIN, `messages`, COMMIT, at LSNs from `lsn` on (commit LSN lsn + 90)."""
+    end = lsn + 100
+    begin = b"B" + struct.pack(">QqI", end - 10, 1_700_000_000_000_000, lsn)
+    commit = b"C\x00" + struct.pack(">QQq", end - 10, end, 1)
+    return [(lsn, begin), *((lsn + i + 1, m) for i, m in enumerate(messages)), (end - 10, commit)]
+
+
+def _captured(chunks: list) -> list[tuple[str, int]]:
+    """Each staged change as (the table its descriptor names, its value)."""
+    out = []
+    described: dict[tuple[int, int], RelationDescriptor] = {}
+    for c in chunks:
+        described.update(((r.oid, r.version), r) for r in c.relations)
+        for oid, message in zip(c.relation_oid, c.message, strict=True):
+            rel = described[(oid, c.versions[oid])]
+            out.append((f"{rel.schema}.{rel.table}", int(bytes(message[13:]))))
+    return out
+
+
+def test_a_table_renamed_while_captured_is_captured_under_its_configured_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stream = [
+        *_transaction(1000, _relation(100, "public", "items"), _insert(100, 1)),
+        *_transaction(2000, _relation(100, "public", "items_old"), _insert(100, 2)),
+        *_transaction(3000, _relation(100, "archive", "items_old"), _insert(100, 3)),
+        *_transaction(4000, _relation(100, "public", "items"), _insert(100, 4)),
+    ]
+    chunks = run_messages(Assembler([ITEMS], describe), stream)
+    assert _captured(chunks) == [("public.items", n) for n in (1, 2, 3, 4)]
+    assert [r.version for c in chunks for r in c.relations] == [0, 1, 2, 3]
+    warned = [r.getMessage() for r in caplog.records if r.name == "cdc_core.reader"]
+    assert len(warned) == 2
+    assert warned[0].startswith(
+        "table public.items is called public.items_old at LSN 0/7D1 (renamed, or moved to "
+        "another schema; same oid 100): its changes under that name are captured as "
+        "public.items's"
+    )
+    assert "table public.items is called archive.items_old at LSN 0/BB9" in warned[1]
+
+
+def test_a_table_known_by_its_oid_is_captured_under_another_name_from_the_first_change() -> None:
+    stream = _transaction(1000, _relation(100, "public", "items_old"), _insert(100, 1))
+    assert _captured(run_messages(Assembler([ITEMS], describe), stream)) == []
+    followed = Assembler([ITEMS], describe, oids={ITEMS: 100})
+    assert _captured(run_messages(followed, stream)) == [("public.items", 1)]
+
+
+def test_a_table_created_again_under_the_configured_name_takes_it_over() -> None:
+    """The old table, renamed away, is no longer the one captured: its changes are dropped."""
+    stream = [
+        *_transaction(1000, _relation(100, "public", "items"), _insert(100, 1)),
+        *_transaction(2000, _relation(200, "public", "items"), _insert(200, 2)),
+        *_transaction(3000, _relation(100, "public", "items_old"), _insert(100, 3)),
+        *_transaction(4000, _insert(200, 4)),
+    ]
+    chunks = run_messages(Assembler([ITEMS], describe), stream)
+    assert _captured(chunks) == [("public.items", 1), ("public.items", 2), ("public.items", 4)]
+
+
+def test_an_older_table_under_the_configured_name_is_captured_by_name_but_not_followed() -> None:
+    """`oids` says which table has the name at the end of the read: one that had it before
+    (swapped out by a rename, say) is captured while it has the name, never after."""
+    stream = [
+        *_transaction(1000, _relation(100, "public", "items"), _insert(100, 1)),
+        *_transaction(2000, _relation(100, "public", "items_old"), _insert(100, 2)),
+        *_transaction(3000, _relation(200, "public", "items"), _insert(200, 3)),
+    ]
+    chunks = run_messages(Assembler([ITEMS], describe, oids={ITEMS: 200}), stream)
+    assert _captured(chunks) == [("public.items", 1), ("public.items", 3)]
+
+
+def test_a_table_renamed_away_mid_transaction_keeps_the_changes_made_before() -> None:
+    """Its changes before the rename are handed over with the descriptor they were read with."""
+    stream = _transaction(
+        1000, _relation(100, "public", "items"), _insert(100, 1),
+        _relation(100, "public", "items_old"), _insert(100, 2),
+    )  # fmt: skip
+    chunks = run_messages(Assembler([ITEMS], describe, oids={ITEMS: 200}), stream)
+    assert [(len(c), c.last, c.versions) for c in chunks] == [(1, False, {100: 0}), (0, True, {})]
+    assert _captured(chunks) == [("public.items", 1)]
+    followed = run_messages(Assembler([ITEMS], describe), stream)
+    assert [(len(c), c.last) for c in followed] == [(1, False), (1, True)]
+    assert _captured(followed) == [("public.items", 1), ("public.items", 2)]
