@@ -4,8 +4,10 @@ Debezium's `column.include.list` / `column.exclude.list` drop columns (key colum
 columns of a DEFAULT or INDEX replica identity, always stay; under FULL only the key does);
 `column.truncate.to.N.chars`, `column.mask.with.N.chars` and
 `column.mask.hash[.v2].<algorithm>.with.salt.<salt>` rewrite the values of character columns
-(text, varchar, char). A column several rules match gets only the first in Debezium's
-order (truncate, mask, hash v1, hash v2: `ColumnMappers.mapperFor`). The reader rewrites each
+(text, varchar, char). A column several rules match gets only one, as in Debezium
+(`ColumnMappers.mapperFor` takes the first): a mask, else a v1 hash, else a v2 hash, else a
+truncation. Debezium puts truncation first, which would land a masked column's first N
+characters in clear; here a mask or hash rule always wins. The reader rewrites each
 pgoutput row message of an affected table (`ColumnPlan.rewrite`) and stages the table's
 descriptor without the dropped columns, so staged files, bronze and silver never see what was
 removed; snapshot reads select only the kept columns and pass their values through the same
@@ -135,12 +137,14 @@ class Rule:
         return matches_any(self.patterns, column_id)
 
     def rank(self) -> int:
-        """Where Debezium registers the rule: truncate, mask, hash v1, hash v2."""
+        """Which rule a column several rules match gets: a mask, a v1 hash, a v2 hash (Debezium's
+        order), then a truncation (first in Debezium's, which would let a masked column's first
+        N characters through)."""
         if self.truncate is not None:
-            return 0
+            return 3
         if self.mask is not None:
-            return 1
-        return 3 if self.v2 else 2
+            return 0
+        return 2 if self.v2 else 1
 
     def transform(self, column: ColumnDescriptor) -> Transform:
         if self.truncate is not None:
@@ -170,9 +174,9 @@ class ColumnRules:
         return bool(self.include or self.exclude or self.rules)
 
     def _in_debezium_order(self) -> list[Rule]:
-        """The rules in the order Debezium's `ColumnMappers.create` registers them: every
-        truncate rule, then every mask, then hash v1, then hash v2 (each kind in the order
-        written); `mapperFor` applies the first that matches a column and no other."""
+        """The rules in the order a column's one rule is chosen (`Rule.rank`; each kind in the
+        order written): as Debezium's `ColumnMappers.create` registers them, but truncation
+        last; as in its `mapperFor`, the first that matches a column applies and no other."""
         return sorted(self.rules, key=Rule.rank)
 
     def plan(self, descriptor: RelationDescriptor) -> ColumnPlan | None:

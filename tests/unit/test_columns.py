@@ -116,17 +116,18 @@ def test_lower_case_rules_mask_and_drop_mixed_case_columns_as_in_debezium() -> N
     assert plan.text(row) == {"id": "1", "Email": "***", "Notes": "vi"}
 
 
-def test_a_column_several_rules_match_gets_only_the_first_in_debeziums_order() -> None:
-    # ColumnMappers.create registers truncate, then mask, then hash v1, then hash v2 rules, and
-    # mapperFor applies the first that matches: the order they are written in does not count.
+def test_a_column_several_rules_match_gets_only_one_and_a_mask_beats_a_truncation() -> None:
+    # ColumnMappers.create registers mask before hash v1 before hash v2, and mapperFor applies
+    # the first that matches: the order they are written in does not count. Debezium puts
+    # truncation first; here it comes last, so a masked column never lands in clear.
     hash_v2 = Rule.parse("column.mask.hash.v2.SHA-256.with.salt.CzQMA0cB5K", r".*\.email")
-    hash_v1 = Rule.parse("column.mask.hash.SHA-256.with.salt.CzQMA0cB5K", r".*\.(email|notes)")
-    mask = Rule.parse("column.mask.with.3.chars", r".*\.(email|notes|ssn)")
-    cut = Rule.parse("column.truncate.to.2.chars", r".*\.ssn")
-    plan = ColumnRules(rules=(hash_v2, hash_v1, mask, cut)).plan(CUSTOMERS)
+    hash_v1 = Rule.parse("column.mask.hash.SHA-256.with.salt.CzQMA0cB5K", r".*\.email")
+    mask = Rule.parse("column.mask.with.3.chars", r".*\.(email|ssn)")
+    cut = Rule.parse("column.truncate.to.2.chars", r".*\.(ssn|notes)")
+    plan = ColumnRules(rules=(cut, hash_v2, hash_v1, mask)).plan(CUSTOMERS)
     assert plan is not None
     row = {"id": "1", "Email": "Sally Thomas", "Notes": "vip", "SSN": "123-45-6789"}
-    assert plan.text(row) == {"id": "1", "Email": "***", "Notes": "***", "SSN": "12"}
+    assert plan.text(row) == {"id": "1", "Email": "***", "Notes": "vi", "SSN": "***"}
     plan = ColumnRules(rules=(hash_v2, hash_v1)).plan(CUSTOMERS)
     assert plan is not None
     assert plan.text({"Email": "Sally Thomas"})["Email"] == JVM_VECTORS[0][3]
@@ -181,10 +182,9 @@ def test_excluded_columns_and_masked_values_never_reach_a_chunk() -> None:
         rows.append(values)
         if old is not None:
             assert len(po.tuple_values(old)) == 4
-    # label: cut to one character, not masked (the first rule in Debezium's order, truncate
-    # before mask, is the only one applied); id untouched
-    assert rows[0][:2] == [b"1", b"a"]
-    assert rows[1][:2] == [b"1", b"b"]
+    # label: masked, not cut (a mask beats a truncation, one rule per column); id untouched
+    assert rows[0][:2] == [b"1", b"***"]
+    assert rows[1][:2] == [b"1", b"***"]
     assert rows[2][0] == b"10"
     assert rows[3][0] == b"10"  # the delete's old key
     assert b"xxxx" not in b"".join(changes)
