@@ -86,6 +86,12 @@ def known_tables_file(lake: Lake) -> Location:
     return lake.state / "tables.json"
 
 
+def memberships_file(lake: Lake) -> Location:
+    """The publication, and each captured table's rows in it, as the last run's start saw them
+    (`PublicationInfo.membership`)."""
+    return lake.state / "publication.json"
+
+
 def catalog_file(lake: Lake) -> Location:
     """Each table's catalog entry as the last run saw it (`drift.CatalogEntry`)."""
     return lake.state / "catalog.json"

@@ -111,9 +111,22 @@ class PublicationInfo:
     """publish_via_partition_root: a partitioned table's changes come under its own name, not
     under its partitions' (which a pipeline capturing the partitioned table would not know)."""
 
+    table_rows: frozenset[tuple[TableName, int]] = frozenset()
+    """(table, oid) of its `pg_publication_rel` rows (FOR TABLE)."""
+    schema_rows: frozenset[tuple[str, int]] = frozenset()
+    """(schema, oid) of its `pg_publication_namespace` rows (FOR TABLES IN SCHEMA, 15+)."""
+
     def lacks(self, tables: Sequence[TableName]) -> list[TableName]:
         """The `tables` it does not publish (none when it is FOR ALL TABLES)."""
         return [] if self.all_tables else [t for t in tables if t not in self.tables]
+
+    def membership(self, table: TableName) -> frozenset[str]:
+        """The catalog rows that make `table` a member, as `table OID` and `schema OID`. Taking
+        a table (or schema) out and adding it back makes a new row with a new oid, so a table
+        none of whose rows survive was out in between; none for FOR ALL TABLES."""
+        return frozenset(f"table {oid}" for t, oid in self.table_rows if t == table) | frozenset(
+            f"schema {oid}" for s, oid in self.schema_rows if s == table.schema
+        )
 
 
 @dataclass(frozen=True)
@@ -266,6 +279,11 @@ def settings(conn: Connection, names: Sequence[str]) -> dict[str, Setting]:
 
 def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
     """The publication called `name` in this database, or None."""
+    schema_rows = "'{}'::text[]"  # FOR TABLES IN SCHEMA came with PostgreSQL 15
+    if conn.info.server_version >= 150000:
+        schema_rows = """ARRAY(SELECT ARRAY[n.nspname::text, s.oid::text]
+                     FROM pg_publication_namespace s JOIN pg_namespace n ON n.oid = s.pnnspid
+                     WHERE s.pnpubid = p.oid)"""
     rows = _rows(
         conn,
         """
@@ -280,14 +298,20 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
                      SELECT ARRAY[n.nspname::text, c.relname::text]
                      FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
                      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = p.oid),
-               p.pubviaroot
+               p.pubviaroot,
+               ARRAY(SELECT ARRAY[n.nspname::text, c.relname::text, r.oid::text]
+                     FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
+                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = p.oid),
+               """
+        + schema_rows
+        + """
         FROM pg_publication p WHERE p.pubname = %s
         """,
         (name,),
     )
     if not rows:
         return None
-    ((owner, is_owner, all_tables, operations, tables, via_root),) = rows
+    ((owner, is_owner, all_tables, operations, tables, via_root, table_rows, schemas),) = rows
     return PublicationInfo(
         name=name,
         owner=str(owner),
@@ -296,6 +320,8 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
         operations=frozenset(operations),
         tables=frozenset(TableName(s, t) for s, t in tables),
         via_root=bool(via_root),
+        table_rows=frozenset((TableName(s, t), int(oid)) for s, t, oid in table_rows),
+        schema_rows=frozenset((str(s), int(oid)) for s, oid in schemas),
     )
 
 

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
 from cdc_core.snapshot import load_jobs
+from cdc_core.state import memberships_file
 from tests.integration.conftest import PgServer
 from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -116,3 +117,43 @@ def test_a_table_taken_out_of_the_publication_is_added_back_and_snapshotted_agai
     sql(dsn, "DELETE FROM items WHERE id = 51")  # streamed again
     assert p.ingest().returncode == 0
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items")) == 45
+    assert len([j for j in load_jobs(p.lake) if j.origin == "publication"]) == 1  # its new row
+
+
+def test_a_table_taken_out_of_the_publication_and_put_back_between_runs_is_snapshotted_again(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Put back before the next run, the table is a member when that run starts, but what was
+    written while it was out was never sent: its membership row is a new one."""
+    dsn = pg.dsn(database)
+    items, other = TableName("public", "items"), TableName("public", "other")
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 50) g",
+        "CREATE TABLE other (id int PRIMARY KEY, v text)", "INSERT INTO other VALUES (1, 'a')")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items", "public.other"], snapshot="initial")
+    assert p.ingest().returncode == 0
+    sql(dsn, "UPDATE items SET v = 'streamed' WHERE id = 1",
+        f"ALTER PUBLICATION pub_{p.slot} DROP TABLE items",
+        "INSERT INTO items VALUES (51, 'while out')", "UPDATE items SET v = 'while out' WHERE id <= 5",
+        "DELETE FROM items WHERE id BETWEEN 10 AND 14",
+        f"ALTER PUBLICATION pub_{p.slot} ADD TABLE items",
+        "UPDATE items SET v = 'back' WHERE id = 2", "INSERT INTO other VALUES (2, 'b')")  # fmt: skip
+
+    run = p.ingest()
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, other) == 2
+    assert assert_mirror_equals_source(spark, p.lake, dsn, items) == 46
+    assert (
+        f"table public.items was taken out of publication pub_{p.slot} and put back" in run.stderr
+    )
+    jobs = [j for j in load_jobs(p.lake) if j.origin == "publication"]
+    assert [[t.table for t in j.tables] for j in jobs] == [[items]]
+    assert jobs[0].finished
+    memberships_file(p.lake).unlink()  # as before the product recorded memberships
+    sql(dsn, "DELETE FROM items WHERE id = 51")  # streamed again
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "taken out of publication" not in run.stderr  # recorded, not snapshotted
+    assert len([j for j in load_jobs(p.lake) if j.origin == "publication"]) == 1
+    assert assert_mirror_equals_source(spark, p.lake, dsn, items) == 45
