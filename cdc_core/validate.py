@@ -172,7 +172,9 @@ def validate(config: Config, spark: SparkSession, options: Options) -> Report:
     report.snapshot_lsn, report.confirmed_lsn = str(snapshot.lsn), _text(snapshot.confirmed)
     report.tables = [run.report for run in runs]
     if options.quality:
-        report.quality = _quality(spark, lake, suites, config.pipeline.target.root)
+        report.quality = _quality(
+            spark, lake, suites, config.pipeline.target.root, silver_settings(config).soft_delete
+        )
     report.seconds = time.monotonic() - started
     return report
 
@@ -252,7 +254,8 @@ def _compare(
     run.names = tuple(c.name for c in silver_columns)
     key = run.shape.key
     ours = SourceTable(conn, run.table, source_columns, key)
-    theirs = SilverTable(read_version(spark, lake.silver(run.table), run.pin), silver_columns, key)
+    theirs = SilverTable(read_version(spark, lake.silver(run.table), run.pin), silver_columns, key,
+                         soft_delete=silver_settings(config).soft_delete)  # fmt: skip
     try:
         if first:
             result = compare(ours, theirs, run.names, keyed=bool(key), fetch_rows=fetch_rows)
@@ -383,7 +386,11 @@ def _suites(config: Config, runs: list[_Run]) -> list[tuple[_Run, Suite]]:
 
 
 def _quality(
-    spark: SparkSession, lake: Lake, suites: list[tuple[_Run, Suite]], root: str
+    spark: SparkSession,
+    lake: Lake,
+    suites: list[tuple[_Run, Suite]],
+    root: str,
+    soft_delete: bool,
 ) -> QualityReport:
     """Each suite on the live rows of the version parity compared (the last round's)."""
     frames: list[tuple[Suite, DataFrame]] = []
@@ -391,7 +398,7 @@ def _quality(
         if run.report.verdict == "error":
             continue
         silver = read_version(spark, lake.silver(run.table), run.pin)
-        frame = live_rows(silver, bool(run.shape and run.shape.key)).drop("_w")
+        frame = live_rows(silver, bool(run.shape and run.shape.key), soft_delete).drop("_w")
         frames.append((suite, frame.cache()))
     try:
         return run_quality(spark, frames, root)

@@ -13,6 +13,7 @@ imitate a boundary, and NULL is never the empty string:
 | `S<n>:<tokens>` | a struct (point): its n field tokens in order |
 | `R<n>:<text>` | a value the silver type cannot hold: PostgreSQL's exact text (`_cdc_raw`) |
 | `U` | silver never saw the value (an unchanged TOAST value, `_cdc_unavailable`) |
+| `X` | silver holds a typed value and `_cdc_raw` text for one column (the typed one must be NULL) |
 
 Payloads are chosen so that both engines compute them exactly from what they hold:
 
@@ -26,7 +27,8 @@ Payloads are chosen so that both engines compute them exactly from what they hol
 - timestamp, timestamp_ntz: microseconds since 1970-01-01T00:00 (UTC; wall clock for
   timestamp_ntz).
 
-`U` never matches a source value: a mirror that lacks a value is not equal to its source.
+`U` never matches a source value: a mirror that lacks a value is not equal to its source; nor
+does `X`: users read the typed column, so a value there that the raw text hides is a difference.
 `R` tokens carry the exact text on both sides, so out-of-range dates, numeric NaN and arrays
 with other lower bounds are compared exactly too. The Python reference below (`token`) is what
 the unit tests hold both engines to.
@@ -52,6 +54,8 @@ NULL = "N"
 SHOWN_CHARS = 120
 """Characters of a value shown in a report."""
 UNAVAILABLE = "U"
+TWICE = "X"
+"""The token of a silver column holding both a typed value and `_cdc_raw` text."""
 _MANTISSA = (1 << 52) - 1
 _PG_HASHES = {"MD5": "md5", "SHA-224": "sha224", "SHA-256": "sha256", "SHA-384": "sha384",
               "SHA-512": "sha512"}  # fmt: skip

@@ -1,9 +1,10 @@
 """`cdc validate`, Spark side: the canonical encoding as Spark expressions over one silver version.
 
 A silver table is read at one Delta version for a whole round (time travel), so every query
-sees the same rows. Soft-deleted rows (`_cdc_deleted`) are left out; a table without a key is
-a multiset whose rows count `_cdc_count` times. Values the typed column cannot hold are read
-from `_cdc_raw`, columns never seen (`_cdc_unavailable`) give a token no source value has.
+sees the same rows. Soft-deleted rows (`_cdc_deleted`) are left out when the pipeline soft
+deletes; a table without a key is a multiset whose rows count `_cdc_count` times. Values the
+typed column cannot hold are read from `_cdc_raw`, columns never seen (`_cdc_unavailable`) give
+a token no source value has.
 Nothing here imports psycopg.
 """
 
@@ -17,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_core.silver_shape import SilverColumn, spark_type
-from cdc_core.validate_encoding import SHOWN_CHARS
+from cdc_core.validate_encoding import SHOWN_CHARS, TWICE, UNAVAILABLE
 from cdc_core.validate_ranges import Bucket, Ranges, RowDigest
 
 _WEIGHT = "_w"
@@ -71,9 +72,12 @@ def column_token(c: SilverColumn) -> Column:
     x = F.col(_quoted(c.name))
     raw = F.col("_cdc_raw").getItem(c.name)
     unavailable = F.array_contains(F.coalesce("_cdc_unavailable", F.array()), c.name)
+    # silver keeps a value in `_cdc_raw` only when its typed column cannot hold it, and then
+    # the typed column is NULL: a typed value next to the text is a mirror users read wrong
     return (
-        F.when(raw.isNotNull(), F.concat(F.lit("R"), F.length(raw).cast("string"), F.lit(":"), raw))
-        .when(unavailable, F.lit("U"))
+        F.when(raw.isNotNull() & x.isNotNull(), F.lit(TWICE))
+        .when(raw.isNotNull(), F.concat(F.lit("R"), F.length(raw).cast("string"), F.lit(":"), raw))
+        .when(unavailable, F.lit(UNAVAILABLE))
         .otherwise(_token(x, spark_type(c.silver)))
     )  # fmt: skip
 
@@ -92,9 +96,13 @@ def _shown(c: SilverColumn) -> Column:
     return F.substring(text, 1, SHOWN_CHARS)
 
 
-def live_rows(silver: DataFrame, keyed: bool) -> DataFrame:
-    """The rows the mirror says the source has: without soft-deleted ones, with their weight."""
-    rows = silver.where(~F.coalesce(F.col("_cdc_deleted"), F.lit(False)))
+def live_rows(silver: DataFrame, keyed: bool, soft_delete: bool) -> DataFrame:
+    """The rows the mirror says the source has, with their weight. Soft-deleted rows are left
+    out only with `soft_delete`: users filter `_cdc_deleted` then; without it every row is
+    one they read (a row marked deleted there, left by an earlier soft_delete, say, is one)."""
+    rows = silver
+    if soft_delete:
+        rows = rows.where(~F.coalesce(F.col("_cdc_deleted"), F.lit(False)))
     if keyed:
         return rows.withColumn(_WEIGHT, F.lit(1).cast("long"))
     return rows.where(F.col("_cdc_count") > 0).withColumn(_WEIGHT, F.col("_cdc_count"))
@@ -108,11 +116,12 @@ class SilverTable:
     """One silver table at one version: a `Side` of the comparison."""
 
     def __init__(
-        self, silver: DataFrame, columns: Sequence[SilverColumn], key: Sequence[str]
-    ) -> None:
+        self, silver: DataFrame, columns: Sequence[SilverColumn], key: Sequence[str], *,
+        soft_delete: bool,
+    ) -> None:  # fmt: skip
         self.columns = tuple(columns)
         self.key = tuple(key)
-        rows = live_rows(silver, bool(key))
+        rows = live_rows(silver, bool(key), soft_delete)
         tokens = [column_token(c).alias(f"_t{i}") for i, c in enumerate(self.columns)]
         at = {c.name: i for i, c in enumerate(self.columns)}
         shown = [_shown(self.columns[at[k]]) for k in self.key] or [_shown(c) for c in columns]

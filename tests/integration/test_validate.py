@@ -1,6 +1,8 @@
 """`cdc validate` on a real mirror: equal after ingest; a row changed in silver behind the
-product's back, and a row deleted in the source whose delete was never applied, are found and
-named; a failed expectation of the pipeline file fails the run and is in the Data Docs."""
+product's back, a typed value silver holds next to its value's raw text, a row marked deleted
+in a mirror that does not soft delete, and a row deleted in the source whose delete was never
+applied, are found and named; a failed expectation of the
+pipeline file fails the run and is in the Data Docs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from cdc_core.cli import main
 from cdc_core.identifiers import TableName
@@ -156,6 +159,57 @@ def test_settle_compares_keys_that_were_lag_again_once_ingest_applied_them(
     assert (code, report["rounds"], len(waits)) == (0, 2, 1)
     (table,) = report["tables"]
     assert (table["verdict"], table["keys"], table["mismatching"]) == ("equal", [], 0)
+
+
+def test_a_typed_value_next_to_the_raw_text_of_the_source_value_is_a_difference(
+    mirrored: Pipeline, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    p = mirrored
+    items = DeltaTable.forPath(spark, p.lake.silver(TableName("public", "items")))
+    before = int(items.history(1).collect()[0]["version"])
+    # order 1 is due 'infinity': silver keeps that text in _cdc_raw and `due` NULL; users read
+    # `due`, so a date there is not the source's value, whatever _cdc_raw says
+    items.update("order_id = 1 AND line = 2", {"due": "DATE'2024-01-02'"})
+    try:
+        code, report = run_validate(p, monkeypatch, capsys, "--no-quality", "--table",
+                                    "public.items")  # fmt: skip
+    finally:
+        items.restoreToVersion(before)
+
+    assert code == 1
+    (table,) = report["tables"]
+    assert [(k["kind"], k["key"], k["columns"]) for k in table["keys"]] == [
+        ("differs", {"order_id": "1", "line": "2"}, ["due"])
+    ]
+    assert table["verdict"] == "differs"
+
+
+def test_without_soft_delete_a_row_marked_deleted_is_a_row_of_the_mirror(
+    mirrored: Pipeline, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    p = mirrored
+    path = p.lake.silver(TableName("public", "items"))
+    items = DeltaTable.forPath(spark, path)
+    before = int(items.history(1).collect()[0]["version"])
+    # a row the source never had, marked deleted (as a pipeline that soft deleted before leaves
+    # it): without soft_delete users do not filter _cdc_deleted, so they read it
+    tombstone = (spark.read.format("delta").load(path).where("order_id = 9 AND line = 3")
+                 .withColumn("order_id", F.lit(99)).withColumn("_cdc_deleted", F.lit(True)))  # fmt: skip
+    tombstone.write.format("delta").mode("append").save(path)
+    try:
+        code, report = run_validate(p, monkeypatch, capsys, "--no-quality", "--table",
+                                    "public.items")  # fmt: skip
+    finally:
+        items.restoreToVersion(before)
+
+    assert code == 1
+    (table,) = report["tables"]
+    assert (table["source_rows"], table["silver_rows"]) == (30, 31)
+    assert [(k["kind"], k["key"]) for k in table["keys"]] == [
+        ("extra", {"order_id": "99", "line": "3"})
+    ]
 
 
 def test_validate_proves_a_mirror_equal_then_names_keys_changed_behind_its_back(
