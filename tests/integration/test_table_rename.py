@@ -8,13 +8,16 @@ import logging
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from cdc_core.capture import capture
 from cdc_core.config import load_pipeline
+from cdc_core.identifiers import TableName
 from cdc_core.start import start
 from tests.integration.conftest import PgServer
 from tests.integration.ground_truth import staged_changes
-from tests.integration.harness import make_pipeline, sql
+from tests.integration.harness import ingest_ok, make_pipeline, sql
+from tests.integration.mirror import assert_mirror_equals_source
 
 
 def test_changes_made_while_a_table_had_another_name_are_staged_as_its_own(
@@ -86,3 +89,20 @@ def test_a_table_renamed_for_good_stops_the_next_run_which_names_the_way_back(
     assert [(c.table, c.op, c.new) for c in staged_changes(p.changes)] == [
         ("public.items", "c", (("id", "1"), ("v", "renamed")))
     ]
+
+
+def test_a_table_renamed_and_renamed_back_between_runs_is_mirrored_exactly(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 20) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
+    ingest_ok(p)
+    sql(dsn, "ALTER TABLE items RENAME TO items_old",
+        "UPDATE items_old SET v = 'renamed' WHERE id <= 5", "DELETE FROM items_old WHERE id > 15",
+        "INSERT INTO items_old VALUES (100, 'new')", "ALTER TABLE items_old RENAME TO items")  # fmt: skip
+
+    ingest_ok(p)
+
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items")) == 16
