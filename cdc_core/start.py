@@ -10,7 +10,6 @@ allows it), and turns the initial snapshot, newly configured tables, Debezium si
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -22,10 +21,10 @@ from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.pg.catalog import PublicationInfo, own_rows, publication_info, table_info
+from cdc_core.pg.catalog import own_rows, publication_info, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
-from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, published, slot_state
+from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
 from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
 from cdc_core.signals import (
     SignalProblem,
@@ -39,10 +38,10 @@ from cdc_core.signals import (
 )
 from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job
 from cdc_core.snapshot_modes import Decision, StartState, decide
+from cdc_core.start_publication import left_publication, record_memberships
 from cdc_core.state import (
     catalog_file,
     known_tables_file,
-    memberships_file,
     read_json,
     record_confirmed,
     schema_history,
@@ -83,11 +82,12 @@ def start(config: Config, lake: Lake) -> RunStart:
         slot = None
         if decision.stream or decision.new_slot:
             pub = publication_info(conn, source.publication)
-            jobs += _left_publication(conn, config, lake, decision, state, existing=pub)  # before
-            ensure_publication(  # it is back: a run that dies in between still snapshots it
+            left = left_publication(conn, config, lake, decision, state, existing=pub)
+            jobs += [_save(lake, job) for job in left]  # before it is back: a run that dies in
+            ensure_publication(  # between still snapshots it
                 conn, source.publication, source.tables, source.publication_autocreate_mode
             )
-            _record_memberships(conn, config, lake, pub)  # after: one that dies first plans again
+            record_memberships(conn, config, lake, pub)  # after: one that dies first plans again
             _check_identities(conn, config)
             if decision.new_slot:
                 _new_slot(conn, config, lake)
@@ -212,102 +212,6 @@ def _plan(
         jobs += _from_signals(conn, config, lake, jobs)
     jobs += _from_requests(conn, config, lake)
     return jobs
-
-
-def _left_publication(
-    conn: Conn, config: Config, lake: Lake, decision: Decision, state: StartState, *,
-    existing: PublicationInfo | None,
-) -> list[SnapshotJob]:  # fmt: skip
-    """An incremental snapshot of each captured table the publication no longer publishes
-    (someone ran ALTER PUBLICATION ... DROP TABLE): decoding looks the publication up as of
-    each change, so the changes made while it was out were never sent. `filtered` then adds it
-    back, before any snapshot read's low watermark; the other modes add nothing: the run stops.
-    A table someone added back since the last run's start is snapshotted likewise (`_put_back`)."""
-    source = config.pipeline.source
-    missing = existing.lacks(source.tables) if existing else []
-    known = set(read_json(known_tables_file(lake)) or [])
-    if missing and source.publication_autocreate_mode != "filtered":
-        # forgotten: the run that finds them published again snapshots them as new tables
-        write_json(known_tables_file(lake), sorted(known - {str(t) for t in missing}))
-        raise _unpublished(conn, config, missing)
-    left = [t for t in missing if str(t) in known]
-    back = [t for t in _put_back(lake, source.tables, existing) if str(t) in known]
-    if not left and not back:
-        return []
-    settings = config.pipeline.snapshot
-    full_snapshot = decision.new_slot or (decision.snapshot and not state.snapshot_unfinished)
-    plan = state.stored_position and decision.stream and not full_snapshot
-    then = "snapshotted again" if plan else "read by this run's snapshot"
-    if plan and settings.mode == "no_data":
-        plan, then = False, "not read again (snapshot.mode no_data): run `cdc snapshot` for it"
-    if left:
-        log.warning(
-            "table %s was taken out of publication %s (ALTER PUBLICATION ... DROP TABLE): the "
-            "changes made since were never sent; it is added back and %s",
-            ", ".join(map(str, left)), source.publication, then,
-        )  # fmt: skip
-    if back:
-        log.warning(
-            "table %s was taken out of publication %s and put back (ALTER PUBLICATION ... DROP "
-            "TABLE, then ADD TABLE): the changes made while it was out were never sent; it is %s",
-            ", ".join(map(str, back)), source.publication, then,
-        )  # fmt: skip
-    if not plan:
-        return []
-    job = plan_job(conn, "incremental", "publication", left + back, chunk_size=settings.chunk_size)
-    return [_save(lake, job)]
-
-
-def _put_back(
-    lake: Lake, tables: Sequence[TableName], existing: PublicationInfo | None
-) -> list[TableName]:
-    """The `tables` `existing` publishes by none of the catalog rows it did at the last run's
-    start (`PublicationInfo.membership`): they were out in between. None without a record (the
-    first run that keeps one) or with the record of another publication."""
-    recorded = read_json(memberships_file(lake))
-    if existing is None or recorded is None or recorded["publication"] != existing.name:
-        return []
-    before = {t: set(rows) for t, rows in recorded["tables"].items()}
-    return [
-        t for t in tables
-        if (was := before.get(str(t))) and (now := existing.membership(t)) and not was & now
-    ]  # fmt: skip
-
-
-def _record_memberships(
-    conn: Conn, config: Config, lake: Lake, existing: PublicationInfo | None
-) -> None:
-    """Record each captured table's rows in the publication, after `ensure_publication`: read
-    again when it created the publication or added tables to it (new rows)."""
-    source = config.pipeline.source
-    if existing is None or existing.lacks(source.tables):
-        existing = publication_info(conn, source.publication)
-    if existing is None:
-        return
-    document = {
-        "publication": existing.name,
-        "tables": {str(t): sorted(existing.membership(t)) for t in source.tables},
-    }
-    if read_json(memberships_file(lake)) != document:
-        write_json(memberships_file(lake), document)
-
-
-def _unpublished(conn: Conn, config: Config, missing: list[TableName]) -> TerminalError:
-    """The error for configured tables a publication the product does not add to lacks."""
-    source = config.pipeline.source
-    add = sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-        sql.Identifier(source.publication), published(missing)
-    )
-    if config.pipeline.snapshot.mode == "no_data":
-        then = "run `cdc snapshot` for any it streamed before: its changes meanwhile were lost"
-    else:
-        then = "any it streamed before is snapshotted again: its changes meanwhile were lost"
-    return TerminalError(
-        f"pipeline {config.pipeline.name}: publication {source.publication!r} does not publish "
-        f"{', '.join(map(str, missing))}, so their changes are not streamed, and "
-        f"publication.autocreate.mode {source.publication_autocreate_mode} adds no table to an "
-        f"existing publication. Run {add.as_string(conn)}, then run again ({then})"
-    )
 
 
 def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[SnapshotJob]:

@@ -269,7 +269,8 @@ def _publication(ctx: _Context) -> Check:
         fixes.append(ctx.render(publish, pub_id))
     # Only missing tables make the product run ALTER PUBLICATION ... ADD TABLE (and only under
     # publication.autocreate.mode filtered), which needs ownership of the publication and of
-    # each table it adds (PostgreSQL 15). The other modes stop the run (`start._unpublished`).
+    # each table it adds (PostgreSQL 15). The other modes stop the run
+    # (`start_publication.unpublished`).
     mode = ctx.source.publication_autocreate_mode
     not_owned = [i.name for i in present if i.name in missing and not i.is_owner]
     if missing and mode != "filtered":

@@ -401,7 +401,7 @@ def test_a_publication_lacking_tables_fails_when_the_mode_adds_none(
     pg: PgServer, shop: str, tmp_path: Path, mode: str
 ) -> None:
     # Only `filtered` adds tables to an existing publication; the other modes stop the run
-    # (start._unpublished), so the doctor fails and gives the statement to run.
+    # (start_publication.unpublished), so the doctor fails and gives the statement to run.
     run(pg, shop, "CREATE PUBLICATION orders_cdc FOR TABLE customers")
     config = make_config(
         tmp_path, pg.dsn(shop), sections={"source": {"publication.autocreate.mode": mode}}
