@@ -20,6 +20,7 @@ from cdc_core.config import Config
 from cdc_core.errors import TerminalError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pgtypes import TypeModes
 from cdc_core.silver import CaughtUp, SilverSettings, TableResult, apply_silver, sweep
 from cdc_core.snapshot import SnapshotJob
@@ -93,6 +94,7 @@ def finish_snapshots(
     find. Returns the tables finished."""
     failed = {r.table for r in results if r.error}
     settings = silver_settings(config)
+    notify = Notifier.of(config.pipeline, lake)
     finished = []
     for job in jobs:
         for part in job.tables:
@@ -104,6 +106,8 @@ def finish_snapshots(
             if part.full and part.first is not None and DeltaTable.isDeltaTable(spark, path):
                 sweep(spark, path, (part.first, -1), settings)
             part.done = True
+            if job.finished:  # silver holds every table it read; sent again if a crash comes first
+                notify.job(job, NotificationType.COMPLETED)
             job.save(lake)
             finished.append(part.table.qualified)
             log.info("snapshot %s: %s done (%d rows read)", job.id, part.table, part.rows)

@@ -265,6 +265,7 @@ def batch(
     starting: a batch with no snapshot work reads the slot before it waits for it."""
     from cdc_core.apply import apply_staged, finish_snapshots
     from cdc_core.bronze import BronzeSummary
+    from cdc_core.notifications import Notifier
     from cdc_core.snapshot_read import read_jobs
     from cdc_core.spark import session_of
 
@@ -290,6 +291,7 @@ def batch(
         catch_up=catch_up if streaming else None,
         keys=pipeline.source.message_key_columns,
         rules=pipeline.source.column_rules(), skipped=pipeline.source.skipped_operations.codes,
+        notify=Notifier.of(pipeline, lake),
     ) if begun.jobs else 0  # fmt: skip
     if streaming:
         heartbeat(config, lake)

@@ -43,9 +43,10 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import committing
 from cdc_core.lsn import Lsn
+from cdc_core.notifications import NotificationType, Notifier, TableScanStatus
 from cdc_core.pg.catalog import own_rows
 from cdc_core.pg.connect import VALUE_OPTIONS, VALUE_SET, connect
-from cdc_core.snapshot import SnapshotJob, catalog_descriptor
+from cdc_core.snapshot import SnapshotJob, TableSnapshot, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken
 
@@ -527,9 +528,13 @@ def read_jobs(
     pipeline: str, max_threads: int, fetch_size: int, catch_up: CatchUp | None,
     keys: KeyColumns = NO_KEYS,
     rules: ColumnRules = NO_RULES, skipped: frozenset[str] = frozenset(),
+    notify: Notifier | None = None,
 ) -> int:  # fmt: skip
     """Read every pending group of `jobs` into bronze; returns the rows read. `catch_up`:
-    stages the stream past a read (None: the pipeline does not stream)."""
+    stages the stream past a read (None: the pipeline does not stream). `notify`: STARTED
+    before a job's first read (not again when a run resumes it), IN_PROGRESS per group read,
+    TABLE_SCAN_COMPLETED per table read to its end."""
+    notify = notify or Notifier(lake)
     pending = [
         (j, t) for j in jobs if not j.stopped for t in j.tables if t.last is None and not t.done
     ]
@@ -542,6 +547,8 @@ def read_jobs(
         database = str(conn.info.dbname)
     read = 0
     for job, part in pending:
+        if not any(t.groups_done or t.done for t in job.tables):
+            notify.job(job, NotificationType.STARTED)  # again if a run dies before a group
         by_number = {c.number: c for c in part.plan.chunks}
         groups = part.groups(max_threads)
         for n in range(part.groups_done, len(groups)):
@@ -557,6 +564,10 @@ def read_jobs(
                     "snapshot %s: %s no longer exists; its snapshot ends", job.id, part.table
                 )
                 part.done = True
+                gone = TableScanStatus.SKIPPED
+                notify.job(job, NotificationType.TABLE_SCAN_COMPLETED, part, status=gone)
+                if job.finished:
+                    notify.job(job, NotificationType.COMPLETED)
                 job.save(lake)
                 break
             faults.point("snapshot.chunk_read")
@@ -565,6 +576,7 @@ def read_jobs(
             part.first = view.before.value if part.first is None else part.first
             if part.groups_done == len(groups):
                 part.last = view.position.value
+            _notify_read(notify, job, part)  # before the save: at least once, as a topic is
             job.save(lake)
             faults.point("snapshot.chunk_done")
             log.info("snapshot %s: %s group %d of %d read (%d rows)",
@@ -572,3 +584,11 @@ def read_jobs(
             progress.advance(rows, len(groups[n]))
             read += rows
     return read
+
+
+def _notify_read(notify: Notifier, job: SnapshotJob, part: TableSnapshot) -> None:
+    """IN_PROGRESS for a group read, and TABLE_SCAN_COMPLETED once it was the table's last."""
+    notify.job(job, NotificationType.IN_PROGRESS, part)
+    if part.last is not None:
+        status = TableScanStatus.SUCCEEDED if part.rows else TableScanStatus.EMPTY
+        notify.job(job, NotificationType.TABLE_SCAN_COMPLETED, part, status=status)

@@ -21,6 +21,7 @@ from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pg.catalog import own_rows, publication_info, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
@@ -192,9 +193,11 @@ def _plan(
     settings = config.pipeline.snapshot
     tables = list(config.pipeline.source.tables)
     if decision.new_slot:  # what unfinished jobs read is older than the gap: a new snapshot
+        notify = Notifier.of(config.pipeline, lake)
         for job in jobs:
             if not job.finished:
                 job.stopped = True
+                notify.job(job, NotificationType.ABORTED)
                 job.save(lake)
     unfinished_initial = any(j.kind == "initial" and not j.finished for j in jobs)
     if decision.snapshot and not unfinished_initial:
@@ -311,22 +314,28 @@ def _carry_out(
         job.signal = row.key
         return _save(lake, job)
     if isinstance(signal, StopRequest):
-        _stop(lake, jobs, signal)
+        _stop(lake, jobs, signal, Notifier.of(config.pipeline, lake))
     elif isinstance(signal, SignalProblem):
         log.warning("signal %s not carried out: %s", signal.signal_id, signal.reason)
     return None
 
 
-def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest) -> None:
+def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest, notify: Notifier) -> None:
     for job in jobs:
         if job.kind != "incremental" or job.finished:
             continue
+        stopped = [
+            t.table for t in job.tables
+            if not t.done and (signal.tables is None or t.table in signal.tables)
+        ]  # fmt: skip
         if signal.tables is None:
             job.stopped = True
         else:
             for part in job.tables:
                 if part.table in signal.tables:
                     part.done = True
+        if stopped:  # Debezium's ABORTED names the data collections stopped
+            notify.job(job, NotificationType.ABORTED, collections=stopped)
         job.save(lake)
         log.info("snapshot %s stopped by signal %s", job.id, signal.signal_id)
 

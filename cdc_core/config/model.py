@@ -176,6 +176,46 @@ class Operations:
         return ",".join(sorted(self.codes)) or "none"
 
 
+NotificationChannel = Literal["log", "sink"]
+_CHANNELS: tuple[NotificationChannel, ...] = ("log", "sink")
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+@dataclass(frozen=True)
+class Channels:
+    """Notification channels: log, sink, or none."""
+
+    names: frozenset[NotificationChannel] = frozenset()
+    type_name = "log,sink or none"
+
+    @classmethod
+    def parse(cls, text: str) -> Channels:
+        return cls.from_items(text.split(","))
+
+    @classmethod
+    def from_items(cls, items: Sequence[str]) -> Channels:
+        names = [n.strip() for n in items if n.strip()]
+        if names == ["none"]:
+            return cls()
+        chosen: set[NotificationChannel] = set()
+        for name in names:
+            if name == "jmx":
+                raise ValueError(
+                    "jmx is not available: no JVM connector runs to expose MBeans; use log "
+                    "(a log line per notification) or sink (a record in the lake)"
+                )
+            if name not in _CHANNELS:
+                raise ValueError(
+                    f"{name!r} is not a notification channel: write some of log, sink "
+                    f"(comma-separated), or none{suggest(name, _CHANNELS)}"
+                )
+            chosen.add("log" if name == "log" else "sink")
+        return cls(frozenset(chosen))
+
+    def __str__(self) -> str:
+        return ",".join(sorted(self.names)) or "none"
+
+
 @dataclass(frozen=True)
 class KeyColumns:
     """Debezium's `message.key.columns`: `<table regex>:<col>,<col>;<table regex>:<col>`.
@@ -478,6 +518,23 @@ class SourceConfig:
                       debezium="unavailable.value.placeholder"),
     )  # fmt: skip
 
+    notification_enabled_channels: Channels = field(
+        default=Channels(),
+        metadata=meta("where snapshot notifications go (Debezium's format: STARTED, "
+                      "IN_PROGRESS per chunk window, TABLE_SCAN_COMPLETED, COMPLETED, ABORTED): "
+                      "log (a log line each), sink (appended to "
+                      "<root>/_state/<notification.sink.topic.name>.jsonl), or none. jmx is not "
+                      "available", key="notification.enabled.channels",
+                      debezium="notification.enabled.channels", example="log,sink"),
+    )  # fmt: skip
+    notification_sink_topic_name: str | None = field(
+        default=None,
+        metadata=meta("name of the sink channel's record under <root>/_state (a Kafka topic "
+                      "name: letters, digits, . _ -); required when the sink channel is on",
+                      key="notification.sink.topic.name",
+                      debezium="notification.sink.topic.name", example="notifications"),
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         self._add_password()
         for key, value in self.column_transforms.items():
@@ -492,6 +549,18 @@ class SourceConfig:
                     f"{a}.exclude.list",
                     f"{a}.include.list and {a}.exclude.list are mutually exclusive: keep one",
                 )
+        topic = self.notification_sink_topic_name
+        if "sink" in self.notification_enabled_channels.names and topic is None:
+            raise FieldError(
+                "notification.sink.topic.name",
+                "is required when notification.enabled.channels includes sink: name the "
+                "record, for example notifications (<root>/_state/notifications.jsonl)",
+            )
+        if topic is not None and (not _TOPIC_NAME.fullmatch(topic) or topic in (".", "..")):
+            raise FieldError(
+                "notification.sink.topic.name",
+                f"{topic!r} is not a topic name (letters, digits, '.', '_' and '-', at most 249)",
+            )
         if self.heartbeat_interval_ms < 0:
             raise FieldError("heartbeat.interval.ms", f"{self.heartbeat_interval_ms} is negative")
         if self.retained_wal_fail and self.retained_wal_fail <= self.retained_wal_warn:

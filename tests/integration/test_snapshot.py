@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.identifiers import TableName
+from cdc_core.notifications import sink_records
 from cdc_core.pg.connect import VALUE_SETTINGS
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, WorkloadStats, run_workload
@@ -131,7 +132,9 @@ def test_initial_snapshot_under_workload_equals_source(
     create_schema(dsn)
     loaded = load_shop(dsn, customers=400)
     p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="initial",
-                      snapshot_extra="chunk.size: 150\nmax.threads: 2\n")  # fmt: skip
+                      snapshot_extra="chunk.size: 150\nmax.threads: 2\n",
+                      source_extra="notification.enabled.channels: log,sink\n"
+                                   "notification.sink.topic.name: notifications\n")  # fmt: skip
     with workload(dsn) as stats:
         first = ingest(p)
     assert stats[0].rows_changed_committed > 0
@@ -141,6 +144,7 @@ def test_initial_snapshot_under_workload_equals_source(
     assert {t.table for t in job.tables} == set(SHOP)
     assert all(len(t.plan.chunks) > 2 for t in job.tables)  # chunked, several groups
     assert "snapshot: " in first.stdout
+    assert_snapshot_notifications(p, job, logged=first.stderr)
     assert stream_changes_inside(spark, p, job) > 0, "the workload did not overlap the reads"
 
     bronze = spark.read.format("delta").load(p.lake.bronze)
@@ -151,11 +155,50 @@ def test_initial_snapshot_under_workload_equals_source(
     assert per_key == 0, "a row was read twice"
     assert job.tables[0].rows >= loaded.customers
 
+    notes = sink_records(p.lake, "notifications")
     ingest(p)  # the changes made after the first run's end
     assert_shop_equal(spark, p)
     for t in SHOP:
         assert_bronze_replays_to_source(spark, p, t)
     assert len(load_jobs(p.lake)) == 1, "a finished initial snapshot is not taken again"
+    assert len(sink_records(p.lake, "notifications")) == len(notes), "no snapshot, no notes"
+
+
+def assert_snapshot_notifications(p: Pipeline, job: SnapshotJob, *, logged: str) -> None:
+    """Debezium's STARTED, IN_PROGRESS per group, TABLE_SCAN_COMPLETED per table, COMPLETED,
+    in order, in the sink and in the log; rows scanned as the job counted them."""
+    notes = sink_records(p.lake, "notifications")
+    assert {n["aggregate_type"] for n in notes} == {"Initial Snapshot"}
+    types = [n["type"] for n in notes]
+    groups = sum(t.groups_done for t in job.tables)
+    assert types[0] == "STARTED"
+    assert types[-1] == "COMPLETED"
+    assert types.count("IN_PROGRESS") == groups
+    assert types.count("STARTED") == types.count("COMPLETED") == 1
+    scanned = {
+        n["additional_data"]["scanned_collection"]: n["additional_data"]
+        for n in notes if n["type"] == "TABLE_SCAN_COMPLETED"
+    }  # fmt: skip
+    assert scanned == {
+        str(t.table): {
+            "connector_name": "p", "data_collections": ",".join(str(u) for u in SHOP),
+            "scanned_collection": str(t.table), "total_rows_scanned": str(t.rows),
+            "status": "SUCCEEDED",
+        }
+        for t in job.tables
+    }  # fmt: skip
+    for t in job.tables:  # rows so far grow to the table's total
+        progress = [
+            int(n["additional_data"]["total_rows_scanned"]) for n in notes
+            if n["type"] == "IN_PROGRESS"
+            and n["additional_data"]["current_collection_in_progress"] == str(t.table)
+        ]  # fmt: skip
+        assert progress == sorted(progress)
+        assert progress[-1] == t.rows
+    stamps = [n["timestamp"] for n in notes]
+    assert stamps == sorted(stamps)
+    lines = [line for line in logged.splitlines() if "cdc_core.notifications" in line]
+    assert sum("IN_PROGRESS" in line for line in lines) == groups, logged[-2000:]
 
 
 def test_killed_snapshot_rereads_at_most_the_group_in_flight(
