@@ -155,8 +155,14 @@ def _append(where: Location, notification: Notification, line: str) -> None:
         write_text(where / f"{notification.timestamp:013d}-{uuid.uuid4().hex}.json", line)
         return
     where.parent.mkdir(parents=True, exist_ok=True)
-    with where.open("a") as f:
-        f.write(line + "\n")
+    with where.open("a+b") as f:
+        if f.tell() > 0:  # a line cut by a crash mid-write is ended first, not run into
+            f.seek(f.tell() - 1)
+            cut = f.read(1) != b"\n"
+            f.seek(0, os.SEEK_END)
+            if cut:
+                f.write(b"\n")
+        f.write(line.encode() + b"\n")
         f.flush()
         os.fsync(f.fileno())
 

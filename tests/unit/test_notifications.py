@@ -151,3 +151,13 @@ def test_a_stop_snapshot_signal_sends_aborted_naming_the_tables_it_stops(tmp_pat
     assert record["id"] == "s-1"
     assert record["additional_data"]["data_collections"] == "public.orders"
     assert not initial.finished  # only incremental snapshots are stopped
+
+
+def test_a_line_cut_by_a_crash_is_ended_not_run_into(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    notifier = Notifier(lake, "orders", sink_topic="n")
+    notifier.job(_job(), NotificationType.STARTED)
+    sink = tmp_path / "_state" / "n.jsonl"
+    sink.write_bytes(sink.read_bytes() + b'{"id": "cut off mid-wr')
+    notifier.job(_job(), NotificationType.COMPLETED)
+    assert [r["type"] for r in sink_records(lake, "n")] == ["STARTED", "COMPLETED"]
