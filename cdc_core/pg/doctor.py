@@ -73,6 +73,7 @@ class _Context:
     tables: dict[TableName, TableInfo | None]
     slot: catalog.SlotInfo | None
     signal_table: TableName | None
+    publication: catalog.PublicationInfo | None
 
     def render(self, template: str, *parts: sql.Composable) -> str:
         """A fix statement, composed like the queries so identifiers are quoted the same way."""
@@ -110,7 +111,9 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
         role, database = catalog.current_role(conn), catalog.current_database(conn)
         tables, slot = catalog.table_info(conn, source.tables), catalog.slot_info(conn, source.slot)
         signals = config.pipeline.snapshot.signal_data_collection
-        ctx = _Context(conn, source, config.pipeline_file, role, database, tables, slot, signals)
+        pub = catalog.publication_info(conn, source.publication)
+        ctx = _Context(conn, source, config.pipeline_file, role, database, tables, slot, signals,
+                       pub)  # fmt: skip
     except psycopg.Error as e:
         failed = Check("connect", "fail", f"connected, but cannot read the catalog: {_reason(e)}")
         return [failed, *_not_run(source, "the catalog could not be read")]
@@ -257,7 +260,7 @@ def _hba_fix(ctx: _Context, reason: str) -> str:
 
 
 def _publication(ctx: _Context) -> Check:
-    pub = catalog.publication_info(ctx.conn, ctx.source.publication)
+    pub = ctx.publication
     if pub is None:
         return _publication_to_create(ctx)
     pub_id, present = sql.Identifier(pub.name), ctx.present
@@ -401,7 +404,7 @@ def _renamed(ctx: _Context, t: TableName) -> Check | None:
     """A missing table that is likely renamed or moved: the pipeline's publication (which
     publishes a table by its oid, whatever its name) publishes one table source.tables does not
     name. Renamed back, the changes made under the other name are captured as its own."""
-    pub = catalog.publication_info(ctx.conn, ctx.source.publication)
+    pub = ctx.publication
     if pub is None or pub.all_tables:
         return None
     unnamed = sorted(pub.tables - set(ctx.tables) - {ctx.signal_table})
