@@ -32,7 +32,7 @@ from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
 from cdc_core.snapshot import load_jobs
-from cdc_core.stager import read_metadata, staged_files
+from cdc_core.stager import iter_rows, read_metadata, staged_files
 from cdc_core.start import start
 from cdc_core.state import read_json, stream_file
 from tests.conftest import unavailable
@@ -703,3 +703,34 @@ def test_a_captured_table_missing_from_a_publication_not_ours_to_change_stops_th
     assert run.returncode == 0, run.stderr[-3000:]
     again = [j for j in load_jobs(p.lake) if j.origin == "new tables"]
     assert [[t.table.qualified for t in j.tables] for j in again] == [["public.items"]]
+
+
+def test_a_peek_that_ends_with_a_lone_message_does_not_read_it_twice(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """A peek stops, past its count, after a transaction or after a message written outside
+    any transaction (`pg_logical_emit_message(false, ...)`). Such a message's LSN is the end of
+    its WAL record, and the slot is confirmed there: the next peek decodes from there and does
+    not send it again (a confirmation before the record's start stages it twice: checked)."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE lone (id int PRIMARY KEY)")
+    p = make_pipeline(tmp_path, dsn, ["public.lone"], source_extra="reader: sql\n",
+                      extra="capture:\n  peek_changes: 5\n")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    sql(
+        dsn,
+        "INSERT INTO lone VALUES (1)",  # Begin, Relation, Insert, Commit: four rows of a peek
+        "SELECT pg_logical_emit_message(false, 'outbox', 'once')",  # the fifth: the peek ends
+        "INSERT INTO lone VALUES (2)",
+        "SELECT pg_logical_emit_message(false, 'outbox', 'last')",
+        "INSERT INTO lone VALUES (3)",  # a commit flushes the WAL the lone message is in
+    )
+    run = p.ingest("--capture-only")
+    assert run.returncode == 0, run.stderr[-3000:]
+    ops = [
+        (str(row["op"]), row["lsn"])
+        for staged in staged_files(p.changes)
+        for row in iter_rows(p.changes / str(staged))
+    ]
+    assert [op for op, _ in ops] == ["c", "m", "c", "m", "c"], ops
+    assert len(staged_files(p.changes)) >= 2  # the peeks did end where the test means them to
