@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 WATERMARK = "silver_applied"
 SINCE = "shapes_since"  # with the watermark: where the mirror last started over (table_shape)
+SOFT_DELETE = "soft_delete"  # with the watermark: whether the mirror was written soft deleting
 MERGE_APP = "cdc-silver"
 TRUNCATE_APP = "cdc-silver-truncate"
 NEWER = "(s._cdc_lsn > t._cdc_lsn OR (s._cdc_lsn = t._cdc_lsn AND s._cdc_seq > t._cdc_seq))"
@@ -98,22 +99,28 @@ class CaughtUp:
     reads held back behind the stream frontier are pending rows that no new bronze commit
     announces. Kept in `_state/silver_caught.json` between runs, so a scheduled `--once` run
     skips what nothing came for as `--continuous` batches do; an entry that no longer matches
-    (a run died between the MERGE and the save, the mirror was rewritten) only costs the skip."""
+    (a run died between the MERGE and the save, the mirror was rewritten) only costs the skip.
+    The versions hold under the `soft_delete` they were reached with: switched, every mirror is
+    looked at again (switched off, the rows it left marked deleted go, `_purge_tombstones`)."""
 
     versions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    soft_delete: bool | None = None  # None: not known (a file written before it was recorded)
 
     @classmethod
     def load(cls, lake: Lake) -> CaughtUp:
         data = read_json(caught_up_file(lake))
-        if not isinstance(data, dict):
+        tables = data.get("tables") if isinstance(data, dict) else None
+        if not isinstance(tables, dict):
             return cls()
+        mode = data.get(SOFT_DELETE)
         return cls({
-            str(t): (int(v[0]), int(v[1])) for t, v in data.items()
+            str(t): (int(v[0]), int(v[1])) for t, v in tables.items()
             if isinstance(v, list) and len(v) == 2
-        })  # fmt: skip
+        }, mode if isinstance(mode, bool) else None)  # fmt: skip
 
     def save(self, lake: Lake) -> None:
-        write_json(caught_up_file(lake), {t: list(v) for t, v in sorted(self.versions.items())})
+        tables = {t: list(v) for t, v in sorted(self.versions.items())}
+        write_json(caught_up_file(lake), {SOFT_DELETE: self.soft_delete, "tables": tables})
 
     def untouched(self, lake: Lake, table: TableName, bronze: int, silver: int) -> bool:
         known = self.versions.get(table.qualified)
@@ -135,6 +142,9 @@ def apply_silver(
     lake: `spark` may be one still starting)."""
     results: dict[str, TableResult] = {}
     todo = []
+    if caught is not None and caught.soft_delete != settings.soft_delete:
+        caught.versions.clear()  # reached under the other setting: each mirror is looked at
+        caught.soft_delete = settings.soft_delete
     bronze = table_version(spark, lake.bronze) if caught is not None else -1
     for table in tables:
         silver = table_version(spark, lake.silver(table)) if caught is not None else -1
@@ -194,10 +204,12 @@ def apply_table(
     ensure_silver(spark, path, shape)
     if settings.register:
         register(spark, path, shape, settings.database)
+    _purge_tombstones(spark, path, table, settings, mark)
     if summary is None:
         return TableResult(table.qualified, 0)
     changes, end, truncated, unsent, reads = summary
-    marks = {SINCE: since} if since is not None else {}
+    marks: dict[str, object] = {SOFT_DELETE: settings.soft_delete}
+    marks |= {SINCE: since} if since is not None else {}
     batch = rows.where(~after_position(*end))
     typed_rows = ready.rows if ready is not None else None
     if truncated is not None:  # only what follows the last TRUNCATE counts
@@ -361,9 +373,39 @@ def reset_marker(table: str, slot: str | None) -> Column:
     )
 
 
+def _purge_tombstones(
+    spark: SparkSession, path: str, table: TableName, settings: SilverSettings,
+    mark: dict[str, object] | None,
+) -> None:  # fmt: skip
+    """Without soft_delete, remove the rows an earlier soft_delete left marked `_cdc_deleted`:
+    users of such a mirror do not filter them out. Only when the mirror's newest watermark says
+    it was written soft deleting, or does not say (written before that was recorded): the
+    commit restates the watermark with soft_delete off, so later batches skip this. A run that
+    dies before that commit purges again; nothing is lost, the watermark does not move."""
+    if settings.soft_delete or (mark is not None and mark.get(SOFT_DELETE) is False):
+        return
+    target = DeltaTable.forPath(spark, path)
+    before = table_version(spark, path)
+    with committing(spark, (mark or {}) | {SOFT_DELETE: False}):
+        target.delete(F.col("_cdc_deleted"))
+        after = table_version(spark, path)
+        if after == before and mark is not None:  # none there: record the setting alone
+            watermark = _position(mark[WATERMARK])
+            spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ('cdc.watermark' = "
+                      f"'{watermark[0]}/{watermark[1]}')")  # fmt: skip
+    if after == before:
+        return
+    metrics = target.history(1).select("operationMetrics").first()
+    removed = (metrics[0] or {}).get("numDeletedRows", "?") if metrics else "?"
+    log.warning(
+        "%s: %s rows marked _cdc_deleted removed from its mirror %s: silver.soft_delete is off "
+        "now, and users of a mirror without it read every row", table.qualified, removed, path,
+    )  # fmt: skip
+
+
 def _empty(
     spark: SparkSession, path: str, settings: SilverSettings, *, version: int,
-    watermark: tuple[int, int], marks: dict[str, int],
+    watermark: tuple[int, int], marks: dict[str, object],
 ) -> None:  # fmt: skip
     """Empty the mirror (or mark every row deleted), once per `version`; the commit records
     `watermark`, where a run that dies right after resumes (and `marks`)."""
@@ -379,7 +421,7 @@ def _empty(
 def _merge(
     spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, *,
     end: tuple[int, int], settings: SilverSettings, unsent: list[str], reads: bool,
-    marks: dict[str, int],
+    marks: dict[str, object],
 ) -> None:  # fmt: skip
     """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark (and
     `marks`). `batch`: a keyed table's typed changes, a multiset's bronze rows."""
@@ -397,7 +439,7 @@ def _merge(
 
 def _append_reads(
     spark: SparkSession, lake: Lake, path: str, changes: DataFrame, shape: TableShape, *,
-    end: tuple[int, int], settings: SilverSettings, marks: dict[str, int],
+    end: tuple[int, int], settings: SilverSettings, marks: dict[str, object],
 ) -> bool:  # fmt: skip
     """A batch of snapshot reads alone (typed `changes`), into a mirror without a row, is
     appended: the rows the MERGE would insert, without its join and target scan (an initial
@@ -424,7 +466,7 @@ def _append_reads(
         if f.name in present
     ]
     rows = rows.select(*typed_as_stored)
-    record: dict[str, object] = {WATERMARK: list(end), **marks}
+    record = {WATERMARK: list(end)} | marks
     with committing(spark, record, app_id=MERGE_APP, version=end[0]):
         rows.write.format("delta").mode("append").save(path)
     log.info("%s: snapshot rows appended to its empty mirror", shape.qualified)
@@ -467,14 +509,19 @@ def sweep(
     spark: SparkSession, path: str, before: tuple[int, int], settings: SilverSettings
 ) -> None:
     """After a full snapshot, remove rows whose last change is older than its first read: the
-    snapshot did not find them, so the source no longer has them."""
+    snapshot did not find them, so the source no longer has them. Marked deleted under
+    soft_delete, in a commit that restates the mirror's watermark with soft_delete on, so that
+    switching it off removes them (`_purge_tombstones`)."""
     target = DeltaTable.forPath(spark, path)
     older = F.col("_cdc_lsn") < before[0]
     older = older | ((F.col("_cdc_lsn") == before[0]) & (F.col("_cdc_seq") < before[1]))
     if settings.soft_delete:
-        target.update(
-            older & ~F.col("_cdc_deleted"), {"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("d")}
-        )
+        mark = read_watermark(spark, path, WATERMARK) or {}
+        with committing(spark, mark | {SOFT_DELETE: True}):
+            target.update(
+                older & ~F.col("_cdc_deleted"),
+                {"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("d")},
+            )
     else:
         target.delete(older)
 

@@ -811,8 +811,9 @@ class SilverConfig:
 
     soft_delete: bool = field(
         default=False,
-        metadata=meta("keep deleted rows, marked _cdc_deleted = true, instead of deleting them"),
-    )
+        metadata=meta("keep deleted rows, marked _cdc_deleted = true, instead of deleting them; "
+                      "switched off, the next run removes the rows it left marked"),
+    )  # fmt: skip
     max_threads: int = field(
         default=3,
         metadata=meta("how many mirrors a batch merges at once, each in a Spark session of its "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import psycopg
@@ -10,13 +11,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.bronze import append_staged
+from cdc_core.cli import main
 from cdc_core.identifiers import TableName
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
 from cdc_core.silver import SilverSettings, merge_changes
 from cdc_core.stager import staged_files
 from tests.integration.conftest import PgServer
-from tests.integration.harness import Pipeline, make_pipeline
+from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.harness import ingest_ok as ingest
 from tests.integration.mirror import assert_mirror_equals_source, shape_of
 
@@ -143,3 +145,49 @@ def test_an_update_of_a_row_whose_key_is_toasted_is_not_a_key_change(
         .where(F.col("source_table") == table.qualified)
     )
     assert sorted(r["op"] for r in bronze.select("op").collect()) == ["c", "c", "c", "u", "u"]
+
+
+def test_switching_soft_delete_off_removes_the_rows_it_left_marked_once(  # noqa: PLR0917 - fixtures
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Users of a mirror without soft_delete do not filter `_cdc_deleted`: the rows an earlier
+    soft_delete left marked go at the next run, though nothing new came for the tables."""
+    dsn = pg.dsn(database)
+    tables = [TableName("public", "kept"), TableName("public", "bag")]
+    sql(dsn, "CREATE TABLE kept (id int PRIMARY KEY, v text)", "CREATE TABLE bag (v text)",
+        "ALTER TABLE bag REPLICA IDENTITY FULL")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in tables],
+                      extra="silver:\n  soft_delete: true\n")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO kept SELECT g, 'v' || g FROM generate_series(1, 10) g",
+        "INSERT INTO bag VALUES ('a'), ('a'), ('b')")  # fmt: skip
+    ingest(p)
+    sql(dsn, "DELETE FROM kept WHERE id <= 3", "DELETE FROM bag WHERE v = 'b'")
+    ingest(p)
+
+    def marked() -> dict[str, int]:
+        return {
+            t.name: spark.read.format("delta").load(p.lake.silver(t)).where("_cdc_deleted").count()
+            for t in tables
+        }
+
+    assert marked() == {"kept": 3, "bag": 1}
+    p.edit("soft_delete: true", "soft_delete: false")
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    assert marked() == {"kept": 0, "bag": 0}
+    assert assert_mirror_equals_source(spark, p.lake, dsn, tables[0]) == 7
+    assert assert_mirror_equals_source(spark, p.lake, dsn, tables[1]) == 2
+    assert "3 rows marked _cdc_deleted removed from its mirror" in run.stderr
+    monkeypatch.setenv("CDC_HOME", str(p.home))
+    capsys.readouterr()
+    code = main(["validate", "--pipeline", "p", "--json", "--no-quality"])
+    report = json.loads(capsys.readouterr().out)
+    assert (code, report["equal"]) == (0, True), report
+    versions = {t.name: _version(spark, p, t) for t in tables}
+    again = p.ingest()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "_cdc_deleted removed" not in again.stderr
+    assert {t.name: _version(spark, p, t) for t in tables} == versions  # looked at once
