@@ -14,19 +14,23 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_core.envelope import BRONZE, UNAVAILABLE
+from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
-from cdc_core.lake_state import read_watermark, table_version
+from cdc_core.lake_state import committing, read_watermark, table_version
 from cdc_core.lsn import Lsn
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import ColumnType, SilverType
 from cdc_core.silver import (
+    SOFT_DELETE,
     WATERMARK,
     SilverSettings,
     _append_reads,
+    _purge_tombstones,
     _read_summary,
     _summary,
     _summary_aggregates,
     merge_changes,
+    sweep,
 )  # fmt: skip
 from cdc_core.silver_batch import keyed_source, parsed, typed, typed_with
 from cdc_core.silver_shape import SilverColumn, TableShape
@@ -184,6 +188,49 @@ def test_soft_delete_keeps_the_row_marked(spark: SparkSession, table: str) -> No
     assert mirror(spark, table, deleted=True) == [(1, "a", None)]
     apply(spark, table, [change("c", 30, after=row(1, "back"))], soft_delete=True)
     assert mirror(spark, table) == [(1, "back", None)]
+
+
+def test_without_soft_delete_the_rows_it_left_marked_go_once_under_the_same_watermark(
+    spark: SparkSession, table: str
+) -> None:
+    apply(spark, table, [change("c", 10, after=row(1, "a")), change("c", 10, 1, after=row(2, "b"))])
+    with committing(spark, {WATERMARK: [20, 0], SOFT_DELETE: True}):
+        apply(spark, table, [change("d", 20, before={"id": "1"})], soft_delete=True)
+    t = TableName("public", "t")
+
+    _purge_tombstones(spark, table, t, SilverSettings(), read_watermark(spark, table, WATERMARK))
+
+    assert mirror(spark, table, deleted=True) == [(2, "b", None)]
+    assert read_watermark(spark, table, WATERMARK) == {WATERMARK: [20, 0], SOFT_DELETE: False}
+    version = table_version(spark, table)
+    _purge_tombstones(spark, table, t, SilverSettings(), read_watermark(spark, table, WATERMARK))
+    assert table_version(spark, table) == version  # recorded: not looked at again
+
+
+def test_a_mirror_from_before_the_setting_was_recorded_is_checked_once(
+    spark: SparkSession, table: str
+) -> None:
+    with committing(spark, {WATERMARK: [10, 1]}):
+        apply(spark, table, [change("c", 10, after=row(1, "a"))])
+    t = TableName("public", "t")
+
+    _purge_tombstones(spark, table, t, SilverSettings(), read_watermark(spark, table, WATERMARK))
+
+    assert mirror(spark, table, deleted=True) == [(1, "a", None)]
+    assert read_watermark(spark, table, WATERMARK) == {WATERMARK: [10, 1], SOFT_DELETE: False}
+
+
+def test_a_sweep_under_soft_delete_records_it_with_the_watermark(
+    spark: SparkSession, table: str
+) -> None:
+    with committing(spark, {WATERMARK: [10, 0]}):
+        apply(spark, table, [change("c", 10, after=row(1, "a"))])
+
+    sweep(spark, table, (20, -1), SilverSettings(soft_delete=True))
+
+    assert mirror(spark, table, deleted=True) == [(1, "a", None)]
+    assert mirror(spark, table) == []
+    assert read_watermark(spark, table, WATERMARK) == {WATERMARK: [10, 0], SOFT_DELETE: True}
 
 
 def test_a_table_without_key_is_a_multiset(spark: SparkSession, tmp_path: Path) -> None:
