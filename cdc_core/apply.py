@@ -27,6 +27,7 @@ from cdc_core.snapshot import SnapshotJob
 from cdc_core.spark import Spark, driver_died, session_of
 from cdc_core.stager import StagedFile, largest_change, staged_files
 from cdc_core.state import read_json, stream_file
+from cdc_core.unavailable import Placeholder
 
 log = logging.getLogger("cdc_core.apply")
 
@@ -34,7 +35,8 @@ log = logging.getLogger("cdc_core.apply")
 def silver_settings(config: Config) -> SilverSettings:
     s = config.pipeline.silver
     modes = TypeModes(
-        decimal=s.decimal_handling_mode, time_precision=s.time_precision_mode,
+        decimal=s.decimal_handling_mode, money_fraction_digits=s.money_fraction_digits,
+        time_precision=s.time_precision_mode,
         interval=s.interval_handling_mode, binary=s.binary_handling_mode,
         hstore=s.hstore_handling_mode,
     )  # fmt: skip
@@ -61,7 +63,7 @@ def apply_staged(
     recorded = read_json(stream_file(lake)) if streaming else None  # before listing files
     source = config.pipeline.source
     options = BronzeOptions(source.provide_transaction_metadata,
-                            source.unavailable_value_placeholder,
+                            Placeholder.of(source.unavailable_value_placeholder),
                             source.skipped_operations.codes)  # fmt: skip
     files = pending_files(spark, lake)
     try:

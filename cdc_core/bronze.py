@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_core import faults
-from cdc_core.envelope import BRONZE, UNAVAILABLE, StagedContext, decode_partition
+from cdc_core.envelope import BRONZE, DEFAULT_PLACEHOLDER, StagedContext, decode_partition
 from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
 from cdc_core.lake_state import committing, read_watermark
@@ -32,6 +32,7 @@ from cdc_core.silver_table import quoted, sql_name
 from cdc_core.spark import Spark
 from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_files
 from cdc_core.state import schema_history, schemas_dir, write_text
+from cdc_core.unavailable import Placeholder
 
 CAPTURE_APP = "cdc-capture"  # txnAppId of appends from staged files
 WATERMARK = "bronze_staged_end"
@@ -60,7 +61,7 @@ class BronzeOptions:
     """Debezium's envelope options that shape bronze."""
 
     transaction_metadata: bool = False  # provide.transaction.metadata
-    placeholder: str = UNAVAILABLE  # unavailable.value.placeholder
+    placeholder: Placeholder = DEFAULT_PLACEHOLDER  # unavailable.value.placeholder
     skipped: frozenset[str] = frozenset()  # skipped.operations: events never in bronze
 
 

@@ -4,7 +4,8 @@ Values are JSON text: `before`, `after` and `key` map column names to PostgreSQL
 output of each value (NULL as JSON null). That text is exact for every type, including values
 no Spark type can hold (numeric NaN, BC dates, 'infinity'), readable by any Delta client, and
 independent of Spark; silver types it per the type mapping. An unchanged TOASTed value was not
-sent by the server: `after` carries Debezium's placeholder and `unchanged` names the columns.
+sent by the server: `after` carries Debezium's placeholder, as the text of a value of the
+column's type (`cdc_core.unavailable`), and `unchanged` names the columns.
 A primary-key change becomes Debezium's pair of events: `d` for the old key, `c` for the new
 one, with `__debezium.newkey` / `__debezium.oldkey` headers.
 """
@@ -19,10 +20,13 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from cdc_core import __version__
-from cdc_core.events import RelationDescriptor
+from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.pg import pgoutput as po
+from cdc_core.unavailable import DEFAULT, Placeholder
 
-UNAVAILABLE = "__debezium_unavailable_value"
+UNAVAILABLE = DEFAULT  # Debezium's default unavailable.value.placeholder
+DEFAULT_PLACEHOLDER = Placeholder()
+
 MESSAGES_TABLE = "_messages"  # source_table of logical decoding messages (no schema or table)
 
 SOURCE = T.StructType(
@@ -137,16 +141,16 @@ class _Rows:
 
 
 def _texts(
-    raw: bytes, columns: Sequence[str], placeholder: str = UNAVAILABLE
+    raw: bytes, columns: Sequence[ColumnDescriptor], placeholder: Placeholder
 ) -> tuple[dict[str, str | None], list[str]]:
     values: dict[str, str | None] = {}
     unchanged: list[str] = []
-    for name, value in zip(columns, po.tuple_values(raw), strict=True):
+    for column, value in zip(columns, po.tuple_values(raw), strict=True):
         if value is po.UNCHANGED:
-            values[name] = placeholder
-            unchanged.append(name)
+            values[column.name] = placeholder.for_column(column)
+            unchanged.append(column.name)
         else:
-            values[name] = None if value is None else bytes(value).decode()  # type: ignore[call-overload]
+            values[column.name] = None if value is None else bytes(value).decode()  # type: ignore[call-overload]
     return values, unchanged
 
 
@@ -157,8 +161,8 @@ def _key(row: Mapping[str, str | None] | None, key: Sequence[str]) -> dict[str, 
 
 
 def envelopes(
-    rows: pa.RecordBatch, context: Mapping[str, StagedContext], placeholder: str = UNAVAILABLE,
-    skipped: Collection[str] = (),
+    rows: pa.RecordBatch, context: Mapping[str, StagedContext],
+    placeholder: Placeholder = DEFAULT_PLACEHOLDER, skipped: Collection[str] = (),
 ) -> pa.RecordBatch:  # fmt: skip
     """Staged change rows (with a `_file` column naming their staged file) -> envelope rows;
     `placeholder` stands in `after` for unchanged TOASTed values (`unchanged` names them).
@@ -211,17 +215,17 @@ def _message(out: _Rows, row: Mapping[str, object], common: Mapping[str, object]
 
 def _change(
     out: _Rows, op: str, message: bytes, rel: RelationDescriptor, common: Mapping[str, object],
-    *, placeholder: str,
+    *, placeholder: Placeholder,
 ) -> None:  # fmt: skip
-    names = [c.name for c in rel.columns]
+    columns = rel.columns
     _, old_kind, old_raw, last = po.split_row_change(message)
     tail: bytes | None = last
     if op == "d":
         old_raw, tail = last, None
-    after, unchanged = _texts(tail, names, placeholder) if tail is not None else (None, [])
+    after, unchanged = _texts(tail, columns, placeholder) if tail is not None else (None, [])
     before: dict[str, str | None] | None = None
     if old_raw is not None:
-        before, _ = _texts(old_raw, names, placeholder)
+        before, _ = _texts(old_raw, columns, placeholder)
         if old_kind == "K":  # an old key: only the identity columns were sent
             identity = {c.name for c in rel.columns if c.in_identity}
             before = {k: v for k, v in before.items() if k in identity}
@@ -248,7 +252,7 @@ def _change(
 
 def decode_partition(
     batches: Iterator[pa.RecordBatch], context: Mapping[str, StagedContext],
-    placeholder: str = UNAVAILABLE, skipped: Collection[str] = (),
+    placeholder: Placeholder = DEFAULT_PLACEHOLDER, skipped: Collection[str] = (),
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The `mapInArrow` function of the bronze job."""
     for batch in batches:

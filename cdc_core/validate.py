@@ -47,7 +47,7 @@ from cdc_core.snapshot import load_jobs
 from cdc_core.stager import relations_of
 from cdc_core.state import check_owner, schema_history
 from cdc_core.storage import Location
-from cdc_core.validate_encoding import pg_form, text_steps
+from cdc_core.validate_encoding import money_digits, pg_form, text_steps
 from cdc_core.validate_pg import (
     Conn,
     Snapshot,
@@ -291,7 +291,7 @@ def _columns(
             skipped.append(f"{c.name}: transformed by {why_not}")
             continue
         silver.append(c)
-        source.append(SourceColumn(c.name, pg, pg_form(pg, modes), steps))
+        source.append(SourceColumn(c.name, pg, pg_form(pg, modes), steps, money_digits(modes)))
     known = {c.name for c in shape.columns}
     skipped += [f"{n}: not in silver (a column filter leaves it out, or no change carried it yet)"
                 for n in now if n not in known]  # fmt: skip

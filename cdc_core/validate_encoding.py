@@ -137,6 +137,12 @@ def pg_form(t: ColumnType, modes: TypeModes) -> PgForm:
     return PgForm.TEXT
 
 
+def money_digits(modes: TypeModes) -> int:
+    """The fraction digits silver gives money: money.fraction.digits in precise mode; the
+    double and string modes keep PostgreSQL's two (lc_monetary=C)."""
+    return modes.money_fraction_digits if modes.decimal == "precise" else 2
+
+
 @dataclass(frozen=True)
 class TextStep:
     """One Debezium column transform, as PostgreSQL can repeat it on the source text."""

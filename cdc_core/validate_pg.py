@@ -46,6 +46,7 @@ class SourceColumn:
     type: ColumnType  # as the catalog has it now
     form: PgForm
     steps: tuple[TextStep, ...] = ()  # the pipeline's column transforms, repeated in SQL
+    money_digits: int = 2  # the scale silver gives money (money.fraction.digits when precise)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,6 @@ _PAYLOADS = {
     PgForm.BIT1: "(CASE WHEN {x} = B'1' THEN 't' ELSE 'f' END)",
     PgForm.INTEGER: "({x})::text",
     PgForm.NUMERIC: "({x})::text",
-    PgForm.MONEY: "({x})::numeric::text",
     PgForm.DATE: "(({x}) - DATE '1970-01-01')::text",
     PgForm.TIME_MS: "floor(extract(epoch FROM {x}) * 1000)::bigint::text",
     PgForm.BYTEA_HEX: "encode({x}, 'hex')",
@@ -148,6 +148,8 @@ def _scalar(x: sql.Composable, c: SourceColumn) -> sql.Composable:
         return _v(_text(x, c.steps))
     if form is PgForm.FLOAT:
         return _v(_hex_float(x))
+    if form is PgForm.MONEY:  # round() rounds half away from zero, as silver's HALF_UP
+        return _v(_q("round(({x})::numeric, {d})::text", x=x, d=sql.Literal(c.money_digits)))
     if form is PgForm.MONEY_FLOAT:
         return _v(_hex_float(_q("({x})::numeric", x=x)))
     if form in (PgForm.TIMESTAMP, PgForm.TIMESTAMPTZ, PgForm.TIME_US):

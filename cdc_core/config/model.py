@@ -22,6 +22,8 @@ from cdc_core.name_patterns import (
     matches_any,
     split_patterns,
 )
+from cdc_core.pgtypes.scalars import MAX_MONEY_DIGITS
+from cdc_core.unavailable import placeholder_octets
 
 SnapshotMode = Literal["initial", "always", "initial_only", "no_data", "when_needed"]
 JarsMode = Literal["resolve", "provided"]
@@ -514,8 +516,11 @@ class SourceConfig:
         default="__debezium_unavailable_value",
         metadata=meta("what bronze's `after` holds for an unchanged TOASTed value the server "
                       "did not send (the envelope's `unchanged` names those columns; silver "
-                      "keeps the stored value)", key="unavailable.value.placeholder",
-                      debezium="unavailable.value.placeholder"),
+                      "keeps the stored value): text, or hex: and hexadecimally encoded octets; "
+                      "as Debezium, a bytea column gets the octets (\\x<hex>: the setting's "
+                      "UTF-8, or the octets after hex:), other columns their text, and arrays, "
+                      "hstore a value of their type", key="unavailable.value.placeholder",
+                      debezium="unavailable.value.placeholder", example="hex:deadbeef"),
     )  # fmt: skip
 
     notification_enabled_channels: Channels = field(
@@ -537,6 +542,7 @@ class SourceConfig:
 
     def __post_init__(self) -> None:
         self._add_password()
+        self._check_placeholder()
         for key, value in self.column_transforms.items():
             try:
                 Rule.parse(key, value)
@@ -586,6 +592,12 @@ class SourceConfig:
                 "tables", "the include and exclude lists leave no table of this list to capture"
             )
         object.__setattr__(self, "tables", kept)
+
+    def _check_placeholder(self) -> None:
+        try:
+            placeholder_octets(self.unavailable_value_placeholder)
+        except ValueError as e:
+            raise FieldError("unavailable.value.placeholder", str(e)) from e
 
     def _add_password(self) -> None:
         """Put the password of `password_file` in the DSN (loaded once, like every value)."""
@@ -829,6 +841,13 @@ class SilverConfig:
             key="decimal.handling.mode", debezium="decimal.handling.mode",
         ),
     )  # fmt: skip
+    money_fraction_digits: int = field(
+        default=2,
+        metadata=meta("the scale of money values with decimal.handling.mode precise: silver's "
+                      f"decimal(17 + n, n), rounded half up; 0 to {MAX_MONEY_DIGITS}. The "
+                      "double and string modes do not use it",
+                      key="money.fraction.digits", debezium="money.fraction.digits"),
+    )  # fmt: skip
     time_precision_mode: Literal[
         "adaptive", "adaptive_time_microseconds", "microseconds", "isostring", "connect"
     ] = field(
@@ -876,6 +895,13 @@ class SilverConfig:
     def __post_init__(self) -> None:
         if self.max_threads < 1:
             raise FieldError("max_threads", f"{self.max_threads} must be at least 1")
+        digits = self.money_fraction_digits
+        if not 0 <= digits <= MAX_MONEY_DIGITS:
+            raise FieldError(
+                "money.fraction.digits",
+                f"{digits} is not between 0 and {MAX_MONEY_DIGITS}: money has at most 17 "
+                f"integer digits, and decimal(17 + n, n) must fit Spark's 38",
+            )
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ bytea_output=hex; lc_monetary=C. Bronze keeps that text; silver holds typed valu
 | numeric(p,s), p > 38; numeric                          | string (exact text)                |
 | float4 (real)                                          | float                              |
 | float8 (double precision)                              | double                             |
-| money                                                  | decimal(19,2)                      |
+| money                                                  | decimal(17+n,n), n = money digits  |
 | char(n), varchar(n), text, name, citext, "char"        | string (char(n) keeps its padding) |
 | bytea                                                  | binary                             |
 | date                                                   | date                               |
@@ -37,8 +37,10 @@ bytea_output=hex; lc_monetary=C. Bronze keeps that text; silver holds typed valu
 
 Domains count as their base type (the catalog resolves them). The modes change:
 
-- decimal (`decimal.handling.mode`): precise as above; double: numeric and money -> double
-  (NaN and infinities allowed); string: numeric -> its exact text, money -> '-1234.56'.
+- decimal (`decimal.handling.mode`): precise as above, money with `money.fraction.digits`
+  (default 2: decimal(19,2); rounded half up, as Debezium's setScale(n, HALF_UP)); double:
+  numeric and money -> double (NaN and infinities allowed); string: numeric -> its exact
+  text, money -> '-1234.56'. The double and string modes ignore the money digits, as Debezium.
 - time_precision (`time.precision.mode`): only `time` depends on it. adaptive as above;
   adaptive_time_microseconds and microseconds: long µs; isostring: the exact text
   '04:05:11.789' (no 'Z' is added: a time without time zone is not UTC); connect: int

@@ -106,7 +106,7 @@ def _mapped(t: ColumnType, modes: TypeModes) -> _Mapped:
     if t.name == "numeric":
         return _numeric(t.modifier, modes.decimal)
     if t.name == "money":
-        return _money(modes.decimal)
+        return _money(modes.decimal, modes.money_fraction_digits)
     if t.name == "time":
         return _time(t.modifier, modes.time_precision)
     if t.name == "interval":
@@ -134,12 +134,12 @@ def _numeric(modifier: int, mode: DecimalMode) -> _Mapped:
     return decimal_type(precision, scale), scalars.numeric_decimal(precision, scale)
 
 
-def _money(mode: DecimalMode) -> _Mapped:
+def _money(mode: DecimalMode, digits: int) -> _Mapped:
     if mode == "double":
         return DOUBLE, scalars.money_double
     if mode == "string":
         return STRING, scalars.money_string
-    return decimal_type(19, 2), scalars.money
+    return decimal_type(scalars.MONEY_INTEGER_DIGITS + digits, digits), scalars.money_scaled(digits)
 
 
 def _time(modifier: int, mode: TimePrecisionMode) -> _Mapped:

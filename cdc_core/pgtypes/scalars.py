@@ -6,12 +6,16 @@ import base64
 import math
 import struct
 from collections.abc import Callable
-from decimal import Context, Decimal, Inexact, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, Inexact, InvalidOperation
 
 from cdc_core.pgtypes.schema import BinaryMode, Unrepresentable
 
 MAX_DECIMAL_PRECISION = 38
 """Spark's DecimalType limit."""
+MONEY_INTEGER_DIGITS = 17
+"""money is a 64-bit count of cents: at most 92233720368547758.07 (lc_monetary=C)."""
+MAX_MONEY_DIGITS = MAX_DECIMAL_PRECISION - MONEY_INTEGER_DIGITS
+"""The largest money.fraction.digits whose decimal(17 + n, n) Spark holds."""
 
 _F32 = struct.Struct("<f")
 _MONEY_NOISE = str.maketrans("", "", "$,()-")
@@ -91,6 +95,20 @@ def money(text: str) -> Decimal:
     """'-$1,234.56' (lc_monetary=C) -> Decimal('-1234.56')."""
     value = Decimal(text.translate(_MONEY_NOISE)).quantize(_CENT, context=_MONEY_CONTEXT)
     return -value if "-" in text or "(" in text else value
+
+
+def money_scaled(digits: int) -> Callable[[str], Decimal]:
+    """Text -> Decimal with `digits` fraction digits (money.fraction.digits), rounded half up
+    (away from zero) as Debezium's `setScale(digits, HALF_UP)`."""
+    if digits == 2:
+        return money
+    quantum = Decimal(1).scaleb(-digits)
+    context = Context(prec=MONEY_INTEGER_DIGITS + digits, rounding=ROUND_HALF_UP)
+
+    def convert(text: str) -> Decimal:
+        return money(text).quantize(quantum, context=context)
+
+    return convert
 
 
 def money_double(text: str) -> float:

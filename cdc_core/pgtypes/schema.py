@@ -60,6 +60,8 @@ class TypeModes:
 
     decimal: DecimalMode = "precise"
     """`decimal.handling.mode`."""
+    money_fraction_digits: int = 2
+    """`money.fraction.digits`: the scale of money in precise mode."""
     time_precision: TimePrecisionMode = "adaptive"
     """`time.precision.mode`; only `time` columns depend on it (see the mapping)."""
     interval: IntervalMode = "string"
@@ -82,6 +84,8 @@ class TypeModes:
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+        if not 0 <= self.money_fraction_digits <= 21:  # decimal(17 + n, n) within 38 digits
+            raise ValueError(f"money_fraction_digits: {self.money_fraction_digits} is not 0..21")
 
 
 DEFAULT_MODES = TypeModes()

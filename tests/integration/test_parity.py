@@ -15,6 +15,7 @@ from cdc_core import faults
 from cdc_core.bronze import BronzeOptions, append_staged
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
+from cdc_core.pgtypes import TypeModes
 from cdc_core.stager import staged_files
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok as ingest
@@ -250,6 +251,40 @@ def test_replica_identity_is_set_at_start_where_asked(
     sql(dsn, "UPDATE nokey SET b = 'w' WHERE a <= 3", "DELETE FROM nokey WHERE a > 8")
     ingest(p)
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "nokey")) == 8
+
+
+def test_a_hex_placeholder_and_money_fraction_digits_reach_bronze_and_silver(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """`unavailable.value.placeholder: hex:...`: an unchanged TOASTed bytea reads the octets in
+    bronze, a text one their text; `money.fraction.digits: 0` rounds money half up in silver."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE blobs (id int PRIMARY KEY, price money, doc text, raw bytea)",
+        "ALTER TABLE blobs ALTER doc SET STORAGE EXTERNAL, ALTER raw SET STORAGE EXTERNAL")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.blobs"],
+        source_extra="unavailable.value.placeholder: hex:3c746f61737465643e\n",  # <toasted>
+        extra="silver:\n  money.fraction.digits: 0\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO blobs VALUES (1, 1.50, repeat('x', 9000), "
+             "decode(repeat('ab', 9000), 'hex')), (2, -2.50, 'small', '\\x00')",
+        "UPDATE blobs SET price = 3.49 WHERE id = 1")  # fmt: skip  # doc and raw not resent
+    ingest(p)
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    (update,) = bronze.where("op = 'u'").collect()
+    assert sorted(update["unchanged"]) == ["doc", "raw"]
+    after = json.loads(update["after"])
+    assert (after["doc"], after["raw"]) == ("<toasted>", "\\x3c746f61737465643e")
+    silver = spark.read.format("delta").load(p.lake.silver(TableName("public", "blobs")))
+    assert silver.schema["price"].dataType.simpleString() == "decimal(17,0)"
+    rows = {r["id"]: r for r in silver.collect()}
+    assert (str(rows[1]["price"]), str(rows[2]["price"])) == ("3", "-3")  # half up: from zero
+    assert bytes(rows[1]["raw"]) == bytes.fromhex("ab" * 9000)  # kept, not the placeholder
+    assert rows[1]["doc"] == "x" * 9000
+    modes = TypeModes(money_fraction_digits=0)
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "blobs"),
+                                       modes=modes) == 2  # fmt: skip
 
 
 def test_transaction_metadata_placeholder_and_source_types(

@@ -27,7 +27,14 @@ from cdc_core.pg.connect import connect
 from cdc_core.pgtypes import TypeModes, Unrepresentable, converter, silver_type
 from cdc_core.silver_shape import SilverColumn, arrow_type, column_type, spark_type
 from cdc_core.snapshot import catalog_descriptor
-from cdc_core.validate_encoding import apply_steps, pg_form, raw_token, text_steps, token
+from cdc_core.validate_encoding import (
+    apply_steps,
+    money_digits,
+    pg_form,
+    raw_token,
+    text_steps,
+    token,
+)
 from cdc_core.validate_pg import SourceColumn, column_token
 from cdc_core.validate_spark import column_token as spark_token
 from tests.integration.conftest import PgServer
@@ -44,7 +51,7 @@ class Case:
     @property
     def id(self) -> str:
         changed = {k: v for k, v in vars(self.modes).items() if v != getattr(DEFAULT, k)}
-        return self.type + ("-" + "-".join(changed.values()) if changed else "")
+        return self.type + ("-" + "-".join(map(str, changed.values())) if changed else "")
 
 
 NULL = ("NULL",)
@@ -93,6 +100,10 @@ CASES = [
     Case("money", ("-1234.56", "0", "92233720368547758.07")),
     Case("money", ("-1234.56",), TypeModes(decimal="double")),
     Case("money", ("-1234.56",), TypeModes(decimal="string")),
+    Case("money", ("-1234.56", "-1.50", "0.49", "92233720368547758.07"),
+         TypeModes(money_fraction_digits=0)),
+    Case("money", ("-1234.56", "0.05"), TypeModes(money_fraction_digits=4)),
+    Case("money", ("-1234.56",), TypeModes(decimal="string", money_fraction_digits=0)),
     Case("bool", ("true", "false", *NULL)),
     Case("bit(1)", ("B'1'", "B'0'")),
     Case("bit(3)", ("B'101'",)),
@@ -218,7 +229,8 @@ def _source(
         ]
         pg = column_type(described)
         column = SilverColumn("v", pg, silver_type(pg, case.modes), described.type_name)
-        source = SourceColumn("v", pg, pg_form(pg, case.modes), tuple(steps))
+        form = pg_form(pg, case.modes)
+        source = SourceColumn("v", pg, form, tuple(steps), money_digits(case.modes))
         query = sql.SQL("SELECT CASE WHEN v::text IS NULL THEN NULL ELSE format('%s', v) END, "
                         "{} FROM c ORDER BY id").format(column_token(source))  # fmt: skip
         rows = [(r[0], str(r[1])) for r in conn.execute(query)]

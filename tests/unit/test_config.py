@@ -634,3 +634,45 @@ def test_message_key_columns_matching_no_column_leave_the_primary_key() -> None:
     keys = KeyColumns.parse("public.orders:nope")
     assert keys.for_table(ORDERS, ["id", "total"]) is None
     assert keys.for_table(TableName("public", "customers"), ["nope"]) is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "key", "fragment"),
+    [
+        ("  unavailable.value.placeholder: hex:5f5g\n", "source.unavailable.value.placeholder",
+         "'hex:5f5g': after hex: comes hexadecimally encoded octets"),
+        ("  unavailable.value.placeholder: hex:abc\n", "source.unavailable.value.placeholder",
+         "two hex digits each"),
+    ],
+)  # fmt: skip
+def test_a_hex_placeholder_that_is_not_hex_fails_at_load(
+    tmp_path: Path, lines: str, key: str, fragment: str
+) -> None:
+    message = load_error(tmp_path, _with_source(lines))
+    assert "pipelines/orders.yaml" in message
+    assert key in message
+    assert fragment in message
+
+
+def test_a_hex_placeholder_loads_as_written(tmp_path: Path) -> None:
+    pipeline = _with_source("  unavailable.value.placeholder: hex:DEADbeef\n")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.source.unavailable_value_placeholder == "hex:DEADbeef"
+
+
+@pytest.mark.parametrize(("digits", "fragment"), [("-1", "-1 is not between 0 and 21"),
+                                                  ("22", "22 is not between 0 and 21")])  # fmt: skip
+def test_money_fraction_digits_out_of_range_fail_at_load(
+    tmp_path: Path, digits: str, fragment: str
+) -> None:
+    message = load_error(tmp_path, CONTRACT + f"silver:\n  money.fraction.digits: {digits}\n")
+    assert "pipelines/orders.yaml: silver.money.fraction.digits" in message
+    assert fragment in message
+
+
+def test_money_fraction_digits_default_to_debeziums_two(tmp_path: Path) -> None:
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert config.pipeline.silver.money_fraction_digits == 2
+    pipeline = CONTRACT + "silver:\n  money.fraction.digits: 0\n"
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.silver.money_fraction_digits == 0

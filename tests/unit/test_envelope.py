@@ -2,25 +2,37 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pyarrow as pa
 
-from cdc_core.envelope import ARROW, UNAVAILABLE, StagedContext, envelopes
+from cdc_core.envelope import ARROW, DEFAULT_PLACEHOLDER, UNAVAILABLE, StagedContext, envelopes
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
 from cdc_core.pg import pgoutput as po
 from cdc_core.reader import Assembler
 from cdc_core.stager import SCHEMA, Stager, iter_rows, relations_of, staged_files
+from cdc_core.unavailable import Placeholder
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pgoutput"
 
 
-def describe(rel: po.Relation, type_names: dict[int, str]) -> RelationDescriptor:
+def describe(
+    rel: po.Relation, type_names: dict[int, str], bases: dict[str, str] | None = None
+) -> RelationDescriptor:
+    """`bases`: column -> its resolved type name (text when not named)."""
     columns = tuple(
-        ColumnDescriptor(c.name, c.type_oid, c.type_modifier, str(c.type_oid), c.is_key)
+        ColumnDescriptor(
+            c.name,
+            c.type_oid,
+            c.type_modifier,
+            str(c.type_oid),
+            c.is_key,
+            (bases or {}).get(c.name, "text"),
+        )
         for c in rel.columns
     )
     key = ("id",) if rel.name in ("items", "other") else ()  # full_items has no primary key
@@ -30,13 +42,16 @@ def describe(rel: po.Relation, type_names: dict[int, str]) -> RelationDescriptor
 
 
 def bronze_rows(
-    tmp_path: Path, capture: str, tables: list[str], skipped: frozenset[str] = frozenset()
-) -> list[dict[str, object]]:
-    """Stage a golden capture for real, then build its envelopes (`skipped.operations`)."""
+    tmp_path: Path, capture: str, tables: list[str], skipped: frozenset[str] = frozenset(),
+    *, placeholder: Placeholder = DEFAULT_PLACEHOLDER, bases: dict[str, str] | None = None,
+) -> list[dict[str, object]]:  # fmt: skip
+    """Stage a golden capture for real, then build its envelopes (`skipped.operations`,
+    `unavailable.value.placeholder`, columns' types as in `describe`)."""
     messages = json.loads((DATA / f"{capture}.json").read_text())["messages"]
     assembler = Assembler(
-        [TableName.parse(t) for t in tables], describe, now_us=lambda: 1, skipped=skipped
-    )
+        [TableName.parse(t) for t in tables], functools.partial(describe, bases=bases),
+        now_us=lambda: 1, skipped=skipped,
+    )  # fmt: skip
     stager = Stager(
         tmp_path / "c", tmp_path / "t", source={"database": "shop", "pipeline": "orders"}
     )
@@ -53,7 +68,7 @@ def bronze_rows(
     batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA.append(pa.field("_file", pa.string())))
     ctx = StagedContext(staged.id, relations_of(path), "shop", "orders", 1_700_000_000_123_456)
     assert staged_files(tmp_path / "c") == [staged]
-    out = envelopes(batch, {"f": ctx}, skipped=skipped)
+    out = envelopes(batch, {"f": ctx}, placeholder, skipped=skipped)
     assert out.schema == ARROW
     return out.to_pylist()
 
@@ -95,6 +110,27 @@ def test_an_update_that_leaves_toast_untouched_says_so(tmp_path: Path) -> None:
     assert update["op"] == "u"
     assert update["unchanged"] == ["big"]
     assert after(update)["big"] == UNAVAILABLE
+
+
+def test_a_hex_placeholder_puts_its_octets_in_bytea_and_their_text_elsewhere(
+    tmp_path: Path,
+) -> None:
+    placeholder = Placeholder.of("hex:3c756e6176616c61626c653e")  # "<unavalable>"
+    update = bronze_rows(
+        tmp_path, "update_key_and_toast", ["public.items"], placeholder=placeholder
+    )[1]
+    assert update["unchanged"] == ["big"]
+    assert after(update)["big"] == "<unavalable>"  # a text column
+    as_bytea = bronze_rows(tmp_path / "b", "update_key_and_toast", ["public.items"],
+                           placeholder=placeholder, bases={"big": "bytea"})[1]  # fmt: skip
+    assert as_bytea["unchanged"] == ["big"]
+    assert after(as_bytea)["big"] == "\\x3c756e6176616c61626c653e"  # PostgreSQL's bytea text
+
+
+def test_the_default_placeholder_in_bytea_is_its_utf8_as_in_debezium(tmp_path: Path) -> None:
+    update = bronze_rows(tmp_path, "update_key_and_toast", ["public.items"],
+                         bases={"big": "bytea"})[1]  # fmt: skip
+    assert after(update)["big"] == "\\x" + UNAVAILABLE.encode().hex()
 
 
 def test_a_primary_key_change_is_debeziums_delete_and_create(tmp_path: Path) -> None:

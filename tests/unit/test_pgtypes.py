@@ -304,6 +304,51 @@ def test_money_is_an_exact_decimal(text: str, value: str) -> None:
     assert convert("money", text, decimal="double") == float(value)
 
 
+@pytest.mark.parametrize(
+    ("digits", "text", "value"),
+    [
+        (0, "$1.50", "2"),  # half up: away from zero, as Debezium's setScale(n, HALF_UP)
+        (0, "-$1.50", "-2"),
+        (0, "$0.49", "0"),
+        (1, "$0.05", "0.1"),
+        (1, "-$0.05", "-0.1"),
+        (4, "$1,234.56", "1234.5600"),
+        (0, "$92,233,720,368,547,758.07", "92233720368547758"),
+        (0, "-$92,233,720,368,547,758.08", "-92233720368547758"),
+        (21, "-$92,233,720,368,547,758.08", "-92233720368547758.080000000000000000000"),
+    ],
+)
+def test_money_takes_money_fraction_digits_in_precise_mode(
+    digits: int, text: str, value: str
+) -> None:
+    assert silver(col("money"), TypeModes(money_fraction_digits=digits)) == decimal_type(
+        17 + digits, digits
+    )
+    result = convert("money", text, money_fraction_digits=digits)
+    assert isinstance(result, Decimal)
+    assert str(result) == value
+    # Debezium's double and string modes do not use the digits
+    assert convert("money", text, decimal="string", money_fraction_digits=digits) == str(
+        convert("money", text)
+    )
+    assert convert("money", text, decimal="double", money_fraction_digits=digits) == float(
+        convert("money", text)  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("digits", [-1, 22])
+def test_money_fraction_digits_must_fit_a_spark_decimal(digits: int) -> None:
+    with pytest.raises(ValueError, match="money_fraction_digits"):
+        TypeModes(money_fraction_digits=digits)
+
+
+def test_money_arrays_take_the_digits_too() -> None:
+    money_array = col("money", array=True)
+    modes = TypeModes(money_fraction_digits=0)
+    assert silver(money_array, modes) == SilverType("array", element=decimal_type(17, 0))
+    assert converter(money_array, modes)('{"$1.50",NULL}') == [Decimal(2), None]
+
+
 # --- strings, binary, bits, point ------------------------------------------------------
 
 
