@@ -1,0 +1,114 @@
+"""`cdc doctor`: a preflight of the source database, each check a pass/fail line and its fix.
+
+`run_doctor` connects, gathers what the checks read once (`context.Context`), then runs the checks
+in the order of `_STEPS`, grouped in modules: the server's settings and encoding (`server`), the
+role (`role`), the publication (`publication`), the slot (`slot`), the configured tables and the
+signal table (`tables`), the tables' replica identity (`replica_identity`). `report` holds a
+check's line, the whole report and how it prints.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from collections.abc import Callable
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from cdc_core.config import Config, SourceConfig
+from cdc_core.errors import LoginError, TerminalError, TransientError
+from cdc_core.pg import catalog
+from cdc_core.pg.catalog import Connection
+from cdc_core.pg.connect import connect, refusal
+from cdc_core.pg.doctor import publication, replica_identity, role, server, slot, tables
+from cdc_core.pg.doctor.context import Context, error_reason, quoted
+from cdc_core.pg.doctor.report import Check, DoctorReport, Status, format_report
+
+__all__ = ["Check", "DoctorReport", "Status", "format_report", "run_doctor"]
+
+
+def run_doctor(config: Config) -> DoctorReport:
+    """Run every check against the pipeline's source; a failure is a line, never an exception."""
+    source = config.pipeline.source
+    try:
+        conn = connect(source.dsn)
+    except TransientError as e:
+        return _unreachable(config, str(e), _connect_fix(str(e), config))
+    except LoginError as e:
+        return _unreachable(config, e.failure, _connect_fix(e.failure, config))
+    except TerminalError as e:  # a malformed conninfo, not quoted: it may hold the password
+        return _unreachable(config, str(e), f"{config.pipeline_file}: source.dsn: correct it")
+    with conn:
+        return DoctorReport(tuple(_checks(conn, config)))
+
+
+def _checks(conn: Connection, config: Config) -> list[Check]:
+    source = config.pipeline.source
+    try:
+        conn.execute("SET statement_timeout = '30s'")  # a doctor must not hang on a busy server
+        ctx = Context(
+            conn=conn,
+            source=source,
+            pipeline_file=config.pipeline_file,
+            role=catalog.current_role(conn),
+            database=catalog.current_database(conn),
+            tables=catalog.table_info(conn, source.tables),
+            slot=catalog.slot_info(conn, source.slot),
+            signal_table=config.pipeline.snapshot.signal_data_collection,
+            publication=catalog.publication_info(conn, source.publication),
+        )
+    except psycopg.Error as e:
+        detail = f"connected, but cannot read the catalog: {error_reason(e)}"
+        failed = Check("connect", "fail", detail)
+        return [failed, *_not_run(source, "the catalog could not be read")]
+    who = f"{source.dsn.redacted} as {quoted(ctx.role.name)}, database {quoted(ctx.database.name)}"
+    checks = [Check("connect", "pass", who)]
+    for name, step in _STEPS:
+        try:
+            result = step(ctx)
+        except psycopg.Error as e:  # one broken check must not hide the others
+            result = Check(name, "fail", f"the check itself failed: {error_reason(e)}")
+        checks.extend(result if isinstance(result, list) else [result])
+    return checks
+
+
+def _unreachable(config: Config, reason: str, fix: str) -> DoctorReport:
+    first = Check("connect", "fail", reason, fix)
+    return DoctorReport((first, *_not_run(config.pipeline.source, "cannot connect")))
+
+
+def _connect_fix(reason: str, config: Config) -> str:
+    denied = re.search(r'permission denied for database "(.+)"', reason)
+    if denied:  # PUBLIC's CONNECT was revoked: the role needs its own
+        params = conninfo_to_dict(config.pipeline.source.dsn.conninfo)
+        user = str(params.get("user") or os.environ.get("PGUSER") or getpass.getuser())
+        grant = f"GRANT CONNECT ON DATABASE {quoted(denied.group(1))} TO {quoted(user)};"
+        return f"{grant}\n(run as the database's owner or a superuser)"
+    fix = refusal(reason)
+    if fix is not None:
+        return fix.format(dsn=f"{config.pipeline_file}: source.dsn")
+    return f"start the server, or {config.pipeline_file}: source.dsn: correct the host and port"
+
+
+def _not_run(source: SourceConfig, why: str) -> list[Check]:
+    names = [n for n, _ in _STEPS if n not in ("tables", "replica_identity", "signal_table")]
+    names[-1:-1] = [f"{kind} {t}" for kind in ("table", "replica_identity") for t in source.tables]
+    return [Check(name, "skip", f"not run: {why}") for name in names]
+
+
+_STEPS: tuple[tuple[str, Callable[[Context], Check | list[Check]]], ...] = (
+    ("server_version", server.server_version),
+    ("wal_level", server.wal_level),
+    ("max_replication_slots", server.max_replication_slots),
+    ("max_wal_senders", server.max_wal_senders),
+    ("replication_role", role.replication_role),
+    ("replication_connection", role.replication_connection),
+    ("publication", publication.publication),
+    ("slot", slot.slot),
+    ("tables", tables.tables),
+    ("replica_identity", replica_identity.replica_identity),
+    ("signal_table", tables.signal_table),
+    ("encoding", server.encoding),
+)

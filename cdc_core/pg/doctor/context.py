@@ -1,0 +1,61 @@
+"""What every doctor check reads (`Context`, gathered once after connecting) and how checks write
+names and statements, quoted the way the product's own queries quote them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from cdc_core.config import SourceConfig
+from cdc_core.identifiers import TableName
+from cdc_core.pg import catalog
+from cdc_core.pg.catalog import Connection, RoleInfo, TableInfo
+
+SHARED_OWNERSHIP = (
+    "or share the tables' ownership with the role through a replication group "
+    "(README.md, Permissions)"
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every check reads, gathered once after connecting."""
+
+    conn: Connection
+    source: SourceConfig
+    pipeline_file: str
+    role: RoleInfo
+    database: catalog.DatabaseInfo
+    tables: dict[TableName, TableInfo | None]
+    slot: catalog.SlotInfo | None
+    signal_table: TableName | None
+    publication: catalog.PublicationInfo | None
+
+    def render(self, template: str, *parts: sql.Composable) -> str:
+        """A fix statement, composed like the queries so identifiers are quoted the same way."""
+        return sql.SQL(template).format(*parts).as_string(self.conn)
+
+    @property
+    def role_id(self) -> sql.Identifier:
+        return sql.Identifier(self.role.name)
+
+    @property
+    def present(self) -> list[TableInfo]:
+        """The configured tables that exist, in configured order."""
+        return [info for info in self.tables.values() if info is not None]
+
+
+def error_reason(e: BaseException) -> str:
+    """An error's first line, or its type's name when it says nothing."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def quoted(identifier: str) -> str:
+    """Always double-quoted, as in the fixes, so a name reads the same in details and SQL."""
+    return sql.Identifier(identifier).as_string()
+
+
+def table_id(t: TableName) -> sql.Identifier:
+    return sql.Identifier(t.schema, t.name)

@@ -1,0 +1,104 @@
+"""The doctor's checks of the tables the pipeline reads: each configured table (there and
+readable, or the name it was likely renamed to) and the signal table."""
+
+from __future__ import annotations
+
+import difflib
+
+from psycopg import sql
+
+from cdc_core.identifiers import TableName
+from cdc_core.pg import catalog
+from cdc_core.pg.catalog import TableInfo
+from cdc_core.pg.doctor.context import Context, quoted, table_id
+from cdc_core.pg.doctor.report import Check
+from cdc_core.signals import signal_table_ddl
+
+
+def tables(ctx: Context) -> list[Check]:
+    known: list[TableName] | None = None  # read only when a table is missing
+    checks = []
+    for t, info in ctx.tables.items():
+        if info is None:
+            known = catalog.list_tables(ctx.conn) if known is None else known
+            checks.append(_missing_table(ctx, t, known))
+            continue
+        fixes = _read_grants(ctx, t, info)
+        if fixes:
+            detail = f"{info.kind} table; {quoted(ctx.role.name)} cannot SELECT it"
+            checks.append(Check(f"table {t}", "fail", detail, "\n".join(fixes)))
+        else:
+            checks.append(Check(f"table {t}", "pass", f"{info.kind} table, SELECT granted"))
+    return checks
+
+
+def _read_grants(ctx: Context, t: TableName, info: TableInfo) -> list[str]:
+    """The grants the role lacks to read the table: USAGE on its schema, SELECT on it."""
+    fixes = []
+    if not info.schema_usage:
+        grant = "GRANT USAGE ON SCHEMA {} TO {};"
+        fixes.append(ctx.render(grant, sql.Identifier(t.schema), ctx.role_id))
+    if not info.can_select:
+        fixes.append(ctx.render("GRANT SELECT ON {} TO {};", table_id(t), ctx.role_id))
+    return fixes
+
+
+def _missing_table(ctx: Context, t: TableName, known: list[TableName]) -> Check:
+    where = f"{ctx.pipeline_file}: source.tables:"
+    renamed = _renamed(ctx, t)
+    if renamed is not None:
+        return renamed
+    by_text = {k.qualified.lower(): k for k in known}
+    close = difflib.get_close_matches(t.qualified.lower(), list(by_text), n=1, cutoff=0.6)
+    if not close:
+        detail = f"{t} does not exist in database {quoted(ctx.database.name)}"
+        return Check(f"table {t}", "fail", detail, f"create it, or {where} remove {t}")
+    match = by_text[close[0]]
+    detail = f"{t} does not exist (did you mean {match}?)"
+    return Check(f"table {t}", "fail", detail, f"{where} write {match} instead of {t}")
+
+
+def _renamed(ctx: Context, t: TableName) -> Check | None:
+    """A missing table that is likely renamed or moved: the pipeline's publication (which
+    publishes a table by its oid, whatever its name) publishes one table source.tables does not
+    name. Renamed back, the changes made under the other name are captured as its own."""
+    pub = ctx.publication
+    if pub is None or pub.all_tables:
+        return None
+    unnamed = sorted(pub.tables - set(ctx.tables) - {ctx.signal_table})
+    if len(unnamed) != 1:
+        return None
+    (other,) = unnamed
+    back = []
+    if other.schema != t.schema:
+        move = "ALTER TABLE {} SET SCHEMA {};"
+        back.append(ctx.render(move, table_id(other), sql.Identifier(t.schema)))
+    if other.name != t.name:
+        moved = table_id(TableName(t.schema, other.name))
+        back.append(ctx.render("ALTER TABLE {} RENAME TO {};", moved, sql.Identifier(t.name)))
+    detail = (
+        f"{t} does not exist; publication {quoted(pub.name)} publishes {other}, which "
+        f"source.tables does not name: {t} renamed or moved to it?"
+    )
+    fix = (
+        f"{' '.join(back)} (its changes made meanwhile are then captured as {t}'s); or "
+        f"{ctx.pipeline_file}: source.tables: write {other} instead of {t} (a new table: "
+        "snapshotted, with a mirror of its own)"
+    )
+    return Check(f"table {t}", "fail", detail, fix)
+
+
+def signal_table(ctx: Context) -> list[Check]:
+    """The signal table is read (never written) at the start of every run."""
+    t = ctx.signal_table
+    if t is None:
+        return []
+    name, info = "signal_table", catalog.table_info(ctx.conn, [t])[t]
+    if info is None:
+        fix = f"{signal_table_ddl(t)}\nor {ctx.pipeline_file}: snapshot.signal.data.collection"
+        return [Check(name, "fail", f"{t} does not exist", fix)]
+    fixes = _read_grants(ctx, t, info)
+    if fixes:
+        detail = f"{quoted(ctx.role.name)} cannot read {t}"
+        return [Check(name, "fail", detail, "\n".join(fixes))]
+    return [Check(name, "pass", f"{t}, SELECT granted")]
