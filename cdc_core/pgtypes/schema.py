@@ -60,8 +60,6 @@ class TypeModes:
 
     decimal: DecimalMode = "precise"
     """`decimal.handling.mode`."""
-    money_fraction_digits: int = 2
-    """`money.fraction.digits`: the scale of money in precise mode."""
     time_precision: TimePrecisionMode = "adaptive"
     """`time.precision.mode`; only `time` columns depend on it (see the mapping)."""
     interval: IntervalMode = "string"
@@ -70,6 +68,8 @@ class TypeModes:
     """`binary.handling.mode`."""
     hstore: HstoreMode = "json"
     """`hstore.handling.mode`."""
+    money_fraction_digits: int = 2
+    """`money.fraction.digits`: the scale of money in precise mode."""
 
     def __post_init__(self) -> None:
         hints = {
