@@ -513,6 +513,10 @@ def test_table_and_schema_filters_narrow_the_tables(tmp_path: Path) -> None:
         ("  heartbeat.interval.ms: -5\n", "source.heartbeat.interval.ms", "negative"),
         ("  column.transforms:\n    column.truncate.to.0.chars: public.t.c\n",
          "source.column.transforms.column.truncate.to.0.chars", "must be positive"),
+        ("  unavailable.value.placeholder: hex:5f5g\n", "source.unavailable.value.placeholder",
+         "'hex:5f5g': after hex: comes hexadecimally encoded octets"),
+        ("  unavailable.value.placeholder: hex:abc\n", "source.unavailable.value.placeholder",
+         "two hex digits each"),
     ],
 )  # fmt: skip
 def test_misconfigured_filters_fail_at_load_naming_file_and_key(
@@ -634,24 +638,6 @@ def test_message_key_columns_matching_no_column_leave_the_primary_key() -> None:
     keys = KeyColumns.parse("public.orders:nope")
     assert keys.for_table(ORDERS, ["id", "total"]) is None
     assert keys.for_table(TableName("public", "customers"), ["nope"]) is None
-
-
-@pytest.mark.parametrize(
-    ("lines", "key", "fragment"),
-    [
-        ("  unavailable.value.placeholder: hex:5f5g\n", "source.unavailable.value.placeholder",
-         "'hex:5f5g': after hex: comes hexadecimally encoded octets"),
-        ("  unavailable.value.placeholder: hex:abc\n", "source.unavailable.value.placeholder",
-         "two hex digits each"),
-    ],
-)  # fmt: skip
-def test_a_hex_placeholder_that_is_not_hex_fails_at_load(
-    tmp_path: Path, lines: str, key: str, fragment: str
-) -> None:
-    message = load_error(tmp_path, _with_source(lines))
-    assert "pipelines/orders.yaml" in message
-    assert key in message
-    assert fragment in message
 
 
 def test_a_hex_placeholder_loads_as_written(tmp_path: Path) -> None:
