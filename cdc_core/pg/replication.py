@@ -24,7 +24,8 @@ from cdc_core.config import Dsn
 from cdc_core.errors import TerminalError, TransientError
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import connect
-from cdc_core.pg.slot import advance_slot, flush_position, slot_state
+from cdc_core.pg.slot import advance_slot, flush_position, lost_slot, slot_state
+from cdc_core.transient import as_transient
 
 PG_EPOCH_US = 946_684_800_000_000
 _XLOG_HEADER = struct.Struct(">QQq")
@@ -280,12 +281,10 @@ class SqlSource:
                         last = fetched[-1]  # type: ignore[assignment]
                         yield fetched  # type: ignore[misc]  # (bigint, bytea) rows: (int, bytes)
             except psycopg.Error as e:
-                missing = _missing_publication(e, self.slot, self.publication)
-                if missing is not None:
-                    raise missing from e
-                if isinstance(e, psycopg.OperationalError):
-                    raise TransientError(f"peek on slot {self.slot!r} failed: {e}") from e
-                raise
+                failure = self._failure("peek", e)
+                if failure is e:
+                    raise
+                raise failure from e
             finally:
                 self._peeking = False
             self.confirm(self._deferred)
@@ -309,8 +308,25 @@ class SqlSource:
             return
         try:
             self.confirmed = advance_slot(self.conn, self.slot, position)
-        except psycopg.OperationalError as e:
-            raise TransientError(f"advancing slot {self.slot!r} failed: {e}") from e
+        except psycopg.Error as e:
+            failure = self._failure("advance", e)
+            if failure is e:
+                raise
+            raise failure from e
+
+    def _failure(self, what: str, error: psycopg.Error) -> Exception:
+        """What a failed peek or advance means, by its SQLSTATE: changes the publication's drop
+        made unreadable, a slot that lost its WAL (both stop the run: no retry brings the WAL
+        back), a failure that may pass by itself (`as_transient`), else the error itself."""
+        missing = _missing_publication(error, self.slot, self.publication)
+        if missing is not None:
+            return missing
+        if error.sqlstate == "55000":  # object not in prerequisite state: the slot's WAL is gone
+            return lost_slot(self.slot, _server_said(error))
+        transient = as_transient(error)
+        if transient is None:
+            return error
+        return TransientError(f"{what} on slot {self.slot!r} failed: {transient}")
 
     def close(self) -> None:
         if self.conn is not None:

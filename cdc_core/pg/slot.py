@@ -217,11 +217,21 @@ def usable_slot(conn: Connection, name: str) -> SlotState | None:
     if state is None:  # dropped this instant
         return None
     if state.wal_status == "lost":
-        raise TerminalError(
-            f"replication slot {name!r} has lost WAL it needed (wal_status = lost): changes are "
-            "missing. Drop the slot and take a new snapshot"
-        )
+        raise lost_slot(name)
     return state
+
+
+def lost_slot(name: str, said: str = "") -> TerminalError:
+    """The error for a slot found lost after a run's start checked it (the server invalidated
+    it meanwhile): no retry brings the WAL back; the next run's start says what `snapshot.mode`
+    does about it."""
+    server = f" (the server said: {said})" if said else ""
+    return TerminalError(
+        f"replication slot {name!r} has lost WAL it needed (wal_status = lost, see "
+        f"max_slot_wal_keep_size){server}: changes are missing. The next run's start decides by "
+        "snapshot.mode: when_needed takes a new slot and a new snapshot, the other modes stop "
+        "with the way out"
+    )
 
 
 def advance_slot(conn: Connection, name: str, to: Lsn) -> Lsn:

@@ -10,9 +10,12 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from cdc_core.errors import SetupError
+from cdc_core.config import Dsn
+from cdc_core.errors import SetupError, TerminalError
 from cdc_core.identifiers import TableName
+from cdc_core.lsn import Lsn
 from cdc_core.pg.local import throwaway_cluster
+from cdc_core.pg.replication import SqlSource
 from tests.conftest import unavailable
 from tests.integration.harness import ingest_ok, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -65,3 +68,28 @@ def test_lost_wal_stops_with_the_way_out_and_when_needed_resnapshots(
     sql(dsn, "INSERT INTO items VALUES (1000, 'after')")
     ingest_ok(p)  # and the new slot streams on
     assert assert_mirror_equals_source(spark, p.lake, dsn, items) == 241
+
+
+def test_a_slot_lost_under_the_sql_reader_stops_the_run_instead_of_being_retried(
+    small_wal_dsn: str,
+) -> None:
+    """The server refuses to peek or advance a slot that lost its WAL with SQLSTATE 55000, a
+    psycopg OperationalError, like a lost connection; no retry brings the WAL back, so the
+    reader stops with the slot's state instead of retrying until the run gives up (exit 75)."""
+    dsn = small_wal_dsn
+    sql(dsn, "CREATE TABLE IF NOT EXISTS noise (g int)", "CREATE TABLE peeked (id int)",
+        "CREATE PUBLICATION peeked FOR TABLE peeked",
+        "SELECT pg_create_logical_replication_slot('peeked', 'pgoutput')",
+        "INSERT INTO peeked VALUES (1)")  # fmt: skip
+    _lose_the_slot(dsn, "peeked")
+    source = SqlSource(Dsn(dsn), "peeked", "peeked")
+    source.open(Lsn(0))
+    try:
+        with pytest.raises(TerminalError, match=r"'peeked' has lost WAL it needed") as peeked:
+            list(source.events())
+        assert "can no longer get changes" in str(peeked.value)
+        assert "snapshot.mode: when_needed" in str(peeked.value)
+        with pytest.raises(TerminalError, match=r"'peeked' has lost WAL it needed"):
+            source.confirm(Lsn.parse("0/FFFFFFF"))
+    finally:
+        source.close()
