@@ -30,6 +30,7 @@ _TRANSIENT = {
     "57P02": "the server crashed and is restarting",
     "57P03": "the server is starting up or shutting down",
     "53300": "the server has no free connection slot",
+    "55006": "another session is using it (a replication slot another process reads, say)",
     "40001": "a conflict with a concurrent transaction",
     "40P01": "a deadlock with a concurrent transaction",
 }

@@ -22,12 +22,12 @@ import pytest
 from cdc_core import faults
 from cdc_core.capture import _Recording, capture
 from cdc_core.config import Dsn, load_pipeline
-from cdc_core.errors import SetupError, TerminalError
+from cdc_core.errors import SetupError, TerminalError, TransientError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import connect
 from cdc_core.pg.local import throwaway_cluster
-from cdc_core.pg.replication import Checkpoint, SqlSource, StreamSource
+from cdc_core.pg.replication import CaughtUp, Checkpoint, SqlSource, StreamSource
 from cdc_core.pg.slot import slot_state
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, run_workload
@@ -377,6 +377,35 @@ def test_a_roles_timeouts_do_not_end_the_products_own_sessions(pg: PgServer, dat
         source.close()
     inserts = sum(1 for batch in events for _, message in batch if message[:1] == b"I")
     assert inserts == 200000  # one peek, one transaction: far longer than 50 ms to decode
+
+
+def test_a_peek_of_a_slot_another_process_reads_is_retried(pg: PgServer, database: str) -> None:
+    """While another process streams from the slot (a second reader, a DBA's pg_recvlogical),
+    the server refuses the peek with SQLSTATE 55006: that passes when the other process stops,
+    so it is transient (exit 75, retried), not a failure for good."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE held (id int)", "CREATE PUBLICATION held FOR TABLE held",
+        "SELECT pg_create_logical_replication_slot('held', 'pgoutput')")  # fmt: skip
+    other = StreamSource(Dsn(dsn), "held", "held")
+    other.open(Lsn(0))
+    source = SqlSource(Dsn(dsn), "held", "held")
+    source.open(Lsn(0))
+    try:
+        with pytest.raises(TransientError, match=r"'held' failed: another session is using it"):
+            list(source.events())
+        other.close()
+        for _ in range(50):  # the walsender lets the slot go as it exits
+            with psycopg.connect(dsn) as conn:
+                state = conn.execute(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = 'held'"
+                ).fetchone()
+            if state == (False,):
+                break
+            time.sleep(0.1)
+        assert any(isinstance(e, CaughtUp) for e in source.events())  # free again: it reads
+    finally:
+        other.close()
+        source.close()
 
 
 @pytest.mark.parametrize("reader", ["stream", "sql"])
