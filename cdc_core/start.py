@@ -199,14 +199,18 @@ def _plan(
                 job.stopped = True
                 notify.job(job, NotificationType.ABORTED)
                 job.save(lake)
+    first = [t for t in tables if settings.reads_first(t)]  # snapshot.include.collection.list
+    if len(first) < len(tables):
+        log.info("snapshot.include.collection.list: %s start empty and stream, not snapshotted",
+                 ", ".join(str(t) for t in tables if t not in first))  # fmt: skip
     unfinished_initial = any(j.kind == "initial" and not j.finished for j in jobs)
     if decision.snapshot and not unfinished_initial:
         origin = f"snapshot.mode {settings.mode}"
         jobs.append(
-            _save(lake, plan_job(conn, "initial", origin, tables, chunk_size=settings.chunk_size))
+            _save(lake, plan_job(conn, "initial", origin, first, chunk_size=settings.chunk_size))
         )
     known = set(read_json(known_tables_file(lake)) or [])
-    new = [t for t in tables if str(t) not in known]
+    new = [t for t in first if str(t) not in known]
     if new and state.stored_position and decision.stream and settings.mode != "no_data":
         job = plan_job(conn, "incremental", "new tables", new, chunk_size=settings.chunk_size)
         jobs.append(_save(lake, job))

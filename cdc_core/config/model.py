@@ -681,11 +681,25 @@ class SnapshotConfig:
                       debezium="signal.data.collection", example="public.debezium_signal"),
     )  # fmt: skip
 
+    include_collection_list: RegexList = field(
+        default=RegexList(),
+        metadata=meta("the captured tables the initial snapshot (and a later-added table's first "
+                      "snapshot) reads, by schema.table; the others start empty and stream. "
+                      "Signals and cdc snapshot are not limited by it. Empty: all",
+                      key="include.collection.list",
+                      debezium="snapshot.include.collection.list", example="public.orders"),
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         for key, value in (("chunk.size", self.chunk_size), ("max.threads", self.max_threads),
                            ("fetch.size", self.fetch_size)):  # fmt: skip
             if value < 1:
                 raise FieldError(key, f"{value} must be at least 1")
+
+    def reads_first(self, table: TableName) -> bool:
+        """Whether the initial snapshot (or a later-added table's first one) reads `table`."""
+        include = self.include_collection_list
+        return not include or include.matches(f"{table.schema}.{table.name}")
 
 
 @dataclass(frozen=True)
@@ -993,6 +1007,13 @@ class PipelineConfig:
                 "(letters, digits, _ and -, starting with a letter or digit)",
             )
         captured = {str(t): t for t in self.source.tables}
+        for pattern in self.snapshot.include_collection_list.patterns:
+            if not any(matches(pattern, f"{t.schema}.{t.name}") for t in self.source.tables):
+                raise FieldError(
+                    "snapshot.include.collection.list",
+                    f"{pattern!r} matches none of the captured tables ({', '.join(captured)}): "
+                    "it names tables by schema.table, among source.tables",
+                )
         for i, expectation in enumerate(self.validate.expectations):
             if expectation.table not in self.source.tables:
                 raise FieldError(

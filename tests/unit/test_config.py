@@ -662,3 +662,26 @@ def test_money_fraction_digits_default_to_debeziums_two(tmp_path: Path) -> None:
     pipeline = CONTRACT + "silver:\n  money.fraction.digits: 0\n"
     config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
     assert config.pipeline.silver.money_fraction_digits == 0
+
+
+def test_snapshot_include_collection_list_names_captured_tables(tmp_path: Path) -> None:
+    def with_list(value: str) -> str:
+        return CONTRACT.replace(
+            "  mode: initial", f"  mode: initial\n  include.collection.list: {value}"
+        )
+
+    config = load_pipeline(
+        "orders", "local", home=write_home(tmp_path, with_list("public\\.order.*")), environ={}
+    )
+    snapshot = config.pipeline.snapshot
+    assert [t.name for t in config.pipeline.source.tables if snapshot.reads_first(t)] == [
+        "orders", "order_items",
+    ]  # fmt: skip
+    assert not snapshot.reads_first(TableName("public", "customers"))
+    assert snapshot.reads_first(TableName("PUBLIC", "ORDERS"))  # no case, as Debezium matches
+    default = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert all(default.pipeline.snapshot.reads_first(t) for t in default.pipeline.source.tables)
+    message = load_error(tmp_path, with_list("public.customers, public.custmers"))
+    assert "pipelines/orders.yaml" in message
+    assert "snapshot.include.collection.list" in message
+    assert "'public.custmers' matches none of the captured tables" in message
