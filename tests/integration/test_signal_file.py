@@ -8,8 +8,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from cdc_core.config import load_pipeline
 from cdc_core.identifiers import TableName
+from cdc_core.signals import signal_table_ddl
 from cdc_core.snapshot import load_jobs
+from cdc_core.start import start
 from cdc_core.state import signal_batch_file
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok, make_pipeline, sql
@@ -51,3 +54,27 @@ def test_a_line_of_the_signal_file_snapshots_a_table_once(
     ingest_ok(p)
     assert len(load_jobs(p.lake)) == 1, "a signal taken from the file is not carried out twice"
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 490
+
+
+def test_the_enabled_channels_say_which_signals_are_read(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        signal_table_ddl(TableName("public", "debezium_signal")))  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified],
+        snapshot_extra="signal.data.collection: public.debezium_signal\n"
+        "signal.enabled.channels: file\n",
+    )  # fmt: skip
+    start(load_pipeline("p", "local", home=tmp_path), p.lake)  # the slot
+    execute = json.dumps({"data-collections": ["public.items"]})
+    sql(dsn, f"INSERT INTO debezium_signal VALUES ('t-1', 'execute-snapshot', '{execute}')")
+    signals = p.home / "pipelines" / "file-signals.txt"
+    signals.write_text(f'{{"id": "f-1", "type": "execute-snapshot", "data": {execute}}}\n')
+
+    start(load_pipeline("p", "local", home=tmp_path), p.lake)
+    assert [j.origin for j in load_jobs(p.lake)] == ["signal f-1"]
+    p.edit("signal.enabled.channels: file", "signal.enabled.channels: source,file")
+    start(load_pipeline("p", "local", home=tmp_path), p.lake)
+    assert sorted(j.origin for j in load_jobs(p.lake)) == ["signal f-1", "signal t-1"]
