@@ -14,7 +14,8 @@ again with the same id is a new signal (see `read_signals`, `sort_out`). Signal 
   logged as a warning and ignored.
 
 Every row read is to be marked processed by the caller, whatever it parsed to: a signal that
-cannot be carried out is a `SignalProblem`, logged once, never retried.
+cannot be carried out is a `SignalProblem`, logged once, never retried. Debezium's other
+channel here, its signal file, is `cdc_core.signal_file`; its lines parse the same way.
 """
 
 from __future__ import annotations

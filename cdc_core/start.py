@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
@@ -27,6 +28,7 @@ from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
 from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
+from cdc_core.signal_file import FileSignal, take_signals
 from cdc_core.signals import (
     SignalProblem,
     SignalRow,
@@ -46,6 +48,7 @@ from cdc_core.state import (
     read_json,
     record_confirmed,
     schema_history,
+    signal_batch_file,
     signals_file,
     stream_file,
     write_json,
@@ -217,6 +220,7 @@ def _plan(
     write_json(known_tables_file(lake), sorted(str(t) for t in tables))
     if decision.stream:  # signals arrive through the stream's source, as in Debezium
         jobs += _from_signals(conn, config, lake, jobs)
+        jobs += _from_signal_file(conn, config, lake, jobs)
     jobs += _from_requests(conn, config, lake)
     return jobs
 
@@ -277,7 +281,7 @@ def _from_signals(
     """Carry out the signal rows not processed yet, oldest first, each marked processed (by
     its key, `SignalRow.key`) once carried out; keys of rows gone from the table are dropped."""
     table = config.pipeline.snapshot.signal_data_collection
-    if table is None:
+    if table is None or "source" not in config.pipeline.snapshot.signal_enabled_channels:
         return []
     stored = read_json(signals_file(lake))
     rows = read_signals(conn, table, processed_keys(stored))
@@ -294,8 +298,27 @@ def _from_signals(
     return planned
 
 
+def _from_signal_file(
+    conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
+) -> list[SnapshotJob]:
+    """Carry out the lines of `signal.file`, oldest first, each once (`cdc_core.signal_file`)."""
+    settings = config.pipeline.snapshot
+    if "file" not in settings.signal_enabled_channels:
+        return []
+    planned: list[SnapshotJob] = []
+
+    def carry_out(signal: FileSignal) -> None:
+        job = _carry_out(conn, config, lake, signal, jobs + planned)
+        if job is not None:
+            planned.append(job)
+
+    saved = {j.signal for j in jobs if j.signal}
+    take_signals(Path(settings.signal_file), signal_batch_file(lake), saved, carry_out)
+    return planned
+
+
 def _carry_out(
-    conn: Conn, config: Config, lake: Lake, row: SignalRow, jobs: list[SnapshotJob]
+    conn: Conn, config: Config, lake: Lake, row: SignalRow | FileSignal, jobs: list[SnapshotJob]
 ) -> SnapshotJob | None:
     """One signal: a planned (and saved) snapshot job, a stop applied to `jobs`, or a log line."""
     signal = parse_signal(row.id, row.type, row.data, list(config.pipeline.source.tables))

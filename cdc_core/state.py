@@ -128,6 +128,11 @@ def signals_file(lake: Lake) -> Location:
     return lake.state / "signals.json"
 
 
+def signal_batch_file(lake: Lake) -> Location:
+    """The lines taken from the signal file (`signal.file`) and not all carried out yet."""
+    return lake.state / "signal_file.json"
+
+
 def snapshots_dir(lake: Lake) -> Location:
     return lake.state / "snapshots"
 

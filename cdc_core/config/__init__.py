@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from cdc_core.config.loader import Builder, display_path, read_yaml, suggest
@@ -99,10 +100,21 @@ def load_pipeline(
             f"{pipeline.name!r} does not match the file name {path.stem!r} "
             "(rename the file or change the name)",
         )
+    pipeline = _resolve_signal_file(pipeline, path.parent)
     env_settings, env_shown = load_env(env, home=home, environ=environ)
     if env_settings.catalog.register:
         _check_catalog_names(pipeline, env_settings, env_shown)
     return Config(pipeline, env_settings, env, shown, env_shown)
+
+
+def _resolve_signal_file(pipeline: PipelineConfig, folder: Path) -> PipelineConfig:
+    """`snapshot.signal.file` as an absolute path: a relative one is taken from the pipeline
+    file's folder, so the file is the same whatever directory a run starts in."""
+    written = Path(pipeline.snapshot.signal_file)
+    if written.is_absolute():
+        return pipeline
+    resolved = str(folder.resolve() / written)
+    return replace(pipeline, snapshot=replace(pipeline.snapshot, signal_file=resolved))
 
 
 def _check_catalog_names(pipeline: PipelineConfig, env: EnvConfig, shown: str) -> None:

@@ -154,6 +154,55 @@ class RegexList:
         return joined_patterns(self.patterns)
 
 
+SignalChannel = Literal["source", "file"]
+_SIGNAL_CHANNELS: tuple[SignalChannel, ...] = ("source", "file")
+_NOT_CHANNELS = {
+    "kafka": "it reads a Kafka topic, and this product runs without Kafka",
+    "jmx": "it takes signals through a JMX MBean of a long-running Kafka Connect JVM, and a run "
+    "here is a Python driver that starts, catches up and ends",
+}
+
+
+@dataclass(frozen=True)
+class SignalChannels:
+    """Debezium's `signal.enabled.channels`: where signals are read from."""
+
+    names: tuple[SignalChannel, ...] = ("source",)
+    type_name = "source, file: comma-separated or a list"
+
+    @classmethod
+    def parse(cls, text: str) -> SignalChannels:
+        return cls.from_items(text.split(","))
+
+    @classmethod
+    def from_items(cls, items: list[str]) -> SignalChannels:
+        names: list[SignalChannel] = []
+        for item in (i.strip() for i in items):
+            channel = next((c for c in _SIGNAL_CHANNELS if c == item.lower()), None)
+            if item.lower() in _NOT_CHANNELS:
+                raise ValueError(
+                    f"the {item.lower()} channel is not supported: "
+                    f"{_NOT_CHANNELS[item.lower()]}; use source (the table of "
+                    "signal.data.collection) or file (signal.file)"
+                )
+            if channel is None and item:
+                raise ValueError(
+                    f"{item!r} is not a signal channel: one of {', '.join(_SIGNAL_CHANNELS)}"
+                    f"{suggest(item.lower(), _SIGNAL_CHANNELS)}"
+                )
+            if channel is not None and channel not in names:
+                names.append(channel)
+        if not names:
+            raise ValueError(f"name a channel: {', '.join(_SIGNAL_CHANNELS)} or both")
+        return cls(tuple(names))
+
+    def __contains__(self, channel: str) -> bool:
+        return channel in self.names
+
+    def __str__(self) -> str:
+        return ",".join(self.names)
+
+
 @dataclass(frozen=True)
 class Operations:
     """A set of Debezium operation codes (c, u, d, t), or none."""
@@ -680,6 +729,18 @@ class SnapshotConfig:
                       "run: execute-snapshot and stop-snapshot", key="signal.data.collection",
                       debezium="signal.data.collection", example="public.debezium_signal"),
     )  # fmt: skip
+    signal_enabled_channels: SignalChannels = field(
+        default=SignalChannels(),
+        metadata=meta("where signals come from: source (the signal.data.collection table) and "
+                      "file (signal.file); Debezium's kafka and jmx are not supported",
+                      key="signal.enabled.channels", debezium="signal.enabled.channels"),
+    )  # fmt: skip
+    signal_file: str = field(
+        default="file-signals.txt",
+        metadata=meta("the file channel's file: one JSON signal per line, taken out of the "
+                      "file once recorded; a relative path is relative to the pipeline file's "
+                      "folder (pipelines/)", key="signal.file", debezium="signal.file"),
+    )  # fmt: skip
 
     include_collection_list: RegexList = field(
         default=RegexList(),
@@ -695,6 +756,10 @@ class SnapshotConfig:
                            ("fetch.size", self.fetch_size)):  # fmt: skip
             if value < 1:
                 raise FieldError(key, f"{value} must be at least 1")
+        if not self.signal_file.strip():
+            raise FieldError("signal.file", "the path is empty (Debezium's default: "
+                             "file-signals.txt, next to the pipeline file)")  # fmt: skip
+        object.__setattr__(self, "signal_file", os.path.expanduser(self.signal_file.strip()))
 
     def reads_first(self, table: TableName) -> bool:
         """Whether the initial snapshot (or a later-added table's first one) reads `table`."""

@@ -685,3 +685,61 @@ def test_snapshot_include_collection_list_names_captured_tables(tmp_path: Path) 
     assert "pipelines/orders.yaml" in message
     assert "snapshot.include.collection.list" in message
     assert "'public.custmers' matches none of the captured tables" in message
+
+
+def with_snapshot(keys: str) -> str:
+    return CONTRACT.replace("snapshot:\n", f"snapshot:\n{textwrap.indent(keys, '  ')}")
+
+
+def test_signals_come_from_the_source_channel_by_default(tmp_path: Path) -> None:
+    snapshot = load_pipeline(
+        "orders", "local", home=write_home(tmp_path), environ={}
+    ).pipeline.snapshot
+    assert snapshot.signal_enabled_channels.names == ("source",)
+    assert snapshot.signal_file == str(tmp_path.resolve() / "pipelines" / "file-signals.txt")
+
+
+@pytest.mark.parametrize("written", ["source,file", "' file , source '", "[file, source, file]"])
+def test_signal_channels_load_as_a_comma_list_or_a_yaml_list(tmp_path: Path, written: str) -> None:
+    pipeline = with_snapshot(f"signal.enabled.channels: {written}\n")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert set(config.pipeline.snapshot.signal_enabled_channels.names) == {"source", "file"}
+
+
+def test_a_relative_signal_file_is_next_to_the_pipeline_file_and_an_absolute_one_kept(
+    tmp_path: Path,
+) -> None:
+    pipeline = with_snapshot("signal.file: signals/orders.txt\n")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.snapshot.signal_file == str(
+        tmp_path.resolve() / "pipelines" / "signals" / "orders.txt"
+    )
+    pipeline = with_snapshot("signal.file: /var/run/cdc/orders.signals\n")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.snapshot.signal_file == "/var/run/cdc/orders.signals"
+
+
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [("kafka", "runs without Kafka"), ("source,jmx", "JMX MBean"), ("KAFKA", "without Kafka")],
+)
+def test_debeziums_kafka_and_jmx_channels_are_refused_saying_why(
+    tmp_path: Path, written: str, why: str
+) -> None:
+    message = load_error(tmp_path, with_snapshot(f"signal.enabled.channels: {written}\n"))
+    assert "pipelines/orders.yaml: snapshot.signal.enabled.channels" in message
+    assert "channel is not supported" in message
+    assert why in message
+    assert "use source (the table of signal.data.collection) or file (signal.file)" in message
+
+
+def test_an_unknown_signal_channel_is_refused_with_a_suggestion(tmp_path: Path) -> None:
+    message = load_error(tmp_path, with_snapshot("signal.enabled.channels: source,fiel\n"))
+    assert "'fiel' is not a signal channel: one of source, file (did you mean 'file'?)" in message
+
+
+def test_no_signal_channel_and_an_empty_signal_file_are_refused(tmp_path: Path) -> None:
+    message = load_error(tmp_path, with_snapshot("signal.enabled.channels: ','\n"))
+    assert "name a channel: source, file or both" in message
+    message = load_error(tmp_path, with_snapshot("signal.file: ' '\n"))
+    assert "snapshot.signal.file: the path is empty" in message
