@@ -95,7 +95,10 @@ def start(config: Config, lake: Lake) -> RunStart:
             _check_identities(conn, config)
             if decision.new_slot:
                 _new_slot(conn, config, lake)
+            adopted = slot_state(conn, source.slot) if not state.stored_position else None
             slot = ensure_slot(conn, source.slot)
+            if adopted is not None:
+                _warn_adopted(config, lake, adopted)
         jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)
         drifted: list[Drift] = []
         if decision.stream or decision.snapshot:
@@ -136,7 +139,22 @@ def _slot_trouble(slot: SlotState | None, name: str) -> str:
     if slot.wal_status == "lost":
         return (f"replication slot {name} is lost (wal_status = lost: the server removed WAL "
                 "it still needed, see max_slot_wal_keep_size); ")  # fmt: skip
-    return f"replication slot {name} was recreated (it starts after the stored position); "
+    return (f"replication slot {name} is ahead of this pipeline's stored position (it was "
+            "recreated, or another pipeline or connector reads the same slot and confirmed "
+            "changes this one never read: give each its own source.slot); ")  # fmt: skip
+
+
+def _warn_adopted(config: Config, lake: Lake, slot: SlotState) -> None:
+    """A first run that finds its slot already there reads from the slot's confirmed position,
+    as Debezium does (a DBA may have created it). A slot delivers each change once, so a slot
+    another pipeline reads too would split the changes between them: say so while it is cheap."""
+    log.warning(
+        "replication slot %s exists already and pipeline %s (lake %s) has no stored position: "
+        "it reads on from the slot's confirmed position %s. A slot delivers each change once: "
+        "if another pipeline or connector reads this slot too, each loses the changes the "
+        "other reads; give every pipeline its own source.slot",
+        slot.name, config.pipeline.name, lake.root, slot.confirmed_flush,
+    )  # fmt: skip
 
 
 def slot_missing(config: Config) -> TerminalError:

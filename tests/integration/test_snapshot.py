@@ -422,6 +422,34 @@ def test_lost_position_fails_initial_and_when_needed_resnapshots(
     assert_shop_equal(spark, p)
 
 
+def test_two_pipelines_on_one_slot_are_named_not_taken_for_a_recreated_slot(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """A slot delivers each change once: a second pipeline (another lake) configured with the
+    first one's slot takes changes the first never sees. The second is warned when it adopts
+    the slot; the first, finding the slot past its stored position, says why that may be."""
+    dsn = pg.dsn(database)
+    create_schema(dsn)
+    load_shop(dsn, customers=20)
+    first = make_pipeline(tmp_path / "first", dsn, ["public.customers"], snapshot="initial")
+    ingest(first)
+    second = make_pipeline(tmp_path / "second", dsn, ["public.customers"], snapshot="initial")
+    second.edit(f"pub_{second.slot}", f"pub_{first.slot}")  # a copied pipeline file
+    second.edit(f"slot: {second.slot}", f"slot: {first.slot}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE customers SET tier = 'gold' WHERE id = 1")
+    adopted = ingest(second)
+    assert f"replication slot {first.slot} exists already and pipeline p" in adopted.stderr
+    assert "give every pipeline its own source.slot" in adopted.stderr
+    failed = first.ingest()
+    assert failed.returncode == 1, failed.stderr[-2000:]
+    assert f"replication slot {first.slot} is ahead of this pipeline's stored position" in (
+        failed.stderr
+    )
+    assert "another pipeline or connector reads the same slot" in failed.stderr
+    assert "exists already and pipeline p" not in ingest(second).stderr  # its own position now
+
+
 def test_snapshot_command_reads_a_filtered_table(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
