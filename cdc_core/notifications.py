@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -239,13 +239,14 @@ def sink_records_after(
     return fresh, SinkPosition(position.held + len(fresh), start + end)
 
 
-def _line_starts_at(f: Any, offset: int, size: int) -> bool:
+def _line_starts_at(f: BinaryIO, offset: int, size: int) -> bool:
+    """Whether a held position still ends a line (the file was not cut or replaced)."""
     if offset == 0:
         return True
     if offset > size:
         return False
     f.seek(offset - 1)
-    return bool(f.read(1) == b"\n")
+    return f.read(1) == b"\n"
 
 
 def _objects_after(
