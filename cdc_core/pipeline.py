@@ -23,7 +23,7 @@ from cdc_core import faults
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
 from cdc_core.config import Config
-from cdc_core.config.model import SourceConfig
+from cdc_core.config.model import PipelineConfig, SourceConfig
 from cdc_core.errors import TerminalError, TransientError, UsageError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -40,6 +40,7 @@ from cdc_core.metrics import (
     record_batch,
     write_prometheus,
 )
+from cdc_core.notifications import Notifier, flush_notifications_table
 from cdc_core.pg.catalog import TableInfo, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.doctor import Check, run_doctor
@@ -53,6 +54,8 @@ from cdc_core.transient import transient_failures
 log = logging.getLogger("cdc_core.pipeline")
 
 if TYPE_CHECKING:  # the Spark side loads only when a run needs Spark (not --capture-only)
+    from pyspark.sql import SparkSession
+
     from cdc_core.bronze import BronzeSummary
     from cdc_core.silver import CaughtUp, TableResult
     from cdc_core.spark import Spark
@@ -239,7 +242,7 @@ def _continuous(
             signal.signal(s, handler)
     if last is None:
         raise TerminalError("stopped before the first batch finished")
-    flush_metrics_table(session_of(spark), lake)  # the batches since the last append
+    _flush_tables(session_of(spark), lake, config.pipeline)  # what came since the last append
     return last
 
 
@@ -265,7 +268,6 @@ def batch(
     starting: a batch with no snapshot work reads the slot before it waits for it."""
     from cdc_core.apply import apply_staged, finish_snapshots
     from cdc_core.bronze import BronzeSummary
-    from cdc_core.notifications import Notifier
     from cdc_core.snapshot_read import read_jobs
     from cdc_core.spark import session_of
 
@@ -327,14 +329,25 @@ def batch(
     write_prometheus(lake, record)
     capture_settings = config.pipeline.capture
     if _metrics_table_due(lake, totals, capture_settings.metrics_table_interval_s):
-        flush_metrics_table(
-            session_of(spark), lake, keep_days=capture_settings.batch_lines_retention_days
+        _flush_tables(
+            session_of(spark), lake, pipeline, keep_days=capture_settings.batch_lines_retention_days
         )
         totals.table_flushed = time.monotonic()
     errors = [t.error for t in merged if t.error]
     if errors:
         raise TerminalError("; ".join(errors))
     return summary
+
+
+def _flush_tables(
+    spark: SparkSession, lake: Lake, pipeline: PipelineConfig, *, keep_days: int | None = None
+) -> None:
+    """Catch the Delta tables up from their JSON lines: the metrics table, and with the sink
+    channel on, the notifications table, at the same moments."""
+    flush_metrics_table(spark, lake, keep_days=keep_days)
+    topic = Notifier.of(pipeline, lake).sink_topic
+    if topic is not None:
+        flush_notifications_table(spark, lake, topic)
 
 
 def _metrics_table_due(lake: Lake, totals: Totals, interval: float) -> bool:

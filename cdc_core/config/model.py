@@ -577,8 +577,9 @@ class SourceConfig:
         metadata=meta("where snapshot notifications go (Debezium's format: STARTED, "
                       "IN_PROGRESS per chunk window, TABLE_SCAN_COMPLETED, COMPLETED, ABORTED): "
                       "log (a log line each), sink (appended to "
-                      "<root>/_state/<notification.sink.topic.name>.jsonl), or none. jmx is not "
-                      "available", key="notification.enabled.channels",
+                      "<root>/_state/<notification.sink.topic.name>.jsonl, and a Delta table "
+                      "beside it, <topic>.delta), or none. jmx is not available",
+                      key="notification.enabled.channels",
                       debezium="notification.enabled.channels", example="log,sink"),
     )  # fmt: skip
     notification_sink_topic_name: str | None = field(

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cdc_core.identifiers import TableName
-from cdc_core.notifications import sink_records
+from cdc_core.notifications import notifications_table, sink_records
 from cdc_core.pg.connect import VALUE_SETTINGS
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, WorkloadStats, run_workload
@@ -145,6 +145,7 @@ def test_initial_snapshot_under_workload_equals_source(
     assert all(len(t.plan.chunks) > 2 for t in job.tables)  # chunked, several groups
     assert "snapshot: " in first.stdout
     assert_snapshot_notifications(p, job, logged=first.stderr)
+    assert_notifications_table_equals_lines(spark, p)  # the run's end caught the table up
     assert stream_changes_inside(spark, p, job) > 0, "the workload did not overlap the reads"
 
     bronze = spark.read.format("delta").load(p.lake.bronze)
@@ -162,6 +163,17 @@ def test_initial_snapshot_under_workload_equals_source(
         assert_bronze_replays_to_source(spark, p, t)
     assert len(load_jobs(p.lake)) == 1, "a finished initial snapshot is not taken again"
     assert len(sink_records(p.lake, "notifications")) == len(notes), "no snapshot, no notes"
+    assert_notifications_table_equals_lines(spark, p)
+
+
+def assert_notifications_table_equals_lines(spark: SparkSession, p: Pipeline) -> None:
+    """The Delta table of the sink holds each line once, in order, with Debezium's fields."""
+    table = spark.read.format("delta").load(notifications_table(p.lake, "notifications"))
+    rows = [r.asDict() for r in table.orderBy("seq").collect()]
+    keys = ("id", "aggregate_type", "type", "additional_data", "timestamp")
+    assert [{k: r[k] for k in keys} for r in rows] == sink_records(p.lake, "notifications")
+    assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+    assert {r["pipeline"] for r in rows} == {"p"}
 
 
 def assert_snapshot_notifications(p: Pipeline, job: SnapshotJob, *, logged: str) -> None:

@@ -11,7 +11,15 @@ import pytest
 from cdc_core.config import load_pipeline
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
-from cdc_core.notifications import NotificationType, Notifier, TableScanStatus, sink_records
+from cdc_core.notifications import (
+    NotificationType,
+    Notifier,
+    SinkPosition,
+    TableScanStatus,
+    sink_records,
+    sink_records_after,
+    table_row,
+)
 from cdc_core.snapshot import SnapshotJob, TableSnapshot
 from cdc_core.snapshot_plan import Chunk, ChunkPlan
 from tests.unit.test_config import _with_source, load_error, write_home
@@ -161,3 +169,40 @@ def test_a_line_cut_by_a_crash_is_ended_not_run_into(tmp_path: Path) -> None:
     sink.write_bytes(sink.read_bytes() + b'{"id": "cut off mid-wr')
     notifier.job(_job(), NotificationType.COMPLETED)
     assert [r["type"] for r in sink_records(lake, "n")] == ["STARTED", "COMPLETED"]
+
+
+def test_reading_after_a_position_takes_only_the_newer_whole_lines(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    notifier = Notifier(lake, "orders", sink_topic="n")
+    notifier.job(_job(), NotificationType.STARTED)
+    records, position = sink_records_after(lake, "n", SinkPosition())
+    assert [r["type"] for r in records] == ["STARTED"]
+    sink = tmp_path / "_state" / "n.jsonl"
+    assert position == SinkPosition(1, sink.stat().st_size)
+    sink.write_bytes(sink.read_bytes() + b'{"id": "still being wr')  # no line end yet
+    assert sink_records_after(lake, "n", position) == ([], position)
+    notifier.job(_job(), NotificationType.COMPLETED)
+    records, after = sink_records_after(lake, "n", position)
+    assert [r["type"] for r in records] == ["COMPLETED"]
+    assert after == SinkPosition(2, sink.stat().st_size)
+
+
+def test_a_changed_lines_file_is_counted_from_its_start_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    lake = Lake(str(tmp_path))
+    notifier = Notifier(lake, "orders", sink_topic="n")
+    for kind in (NotificationType.STARTED, NotificationType.IN_PROGRESS):
+        notifier.job(_job(), kind)
+    records, _ = sink_records_after(lake, "n", SinkPosition(1, 10_000))  # past its end
+    assert [r["type"] for r in records] == ["IN_PROGRESS"]
+    assert "changed since the notifications table read it" in caplog.text
+
+
+def test_a_table_row_has_debeziums_fields_typed_and_the_pipeline() -> None:
+    record = {"id": "s-1", "aggregate_type": "Incremental Snapshot", "type": "COMPLETED",
+              "additional_data": {"connector_name": "orders"}, "timestamp": 1_795_000_000_000}  # fmt: skip
+    assert table_row(7, record) == (
+        "orders", 7, "s-1", "Incremental Snapshot", "COMPLETED", {"connector_name": "orders"},
+        1_795_000_000_000,
+    )  # fmt: skip

@@ -175,6 +175,34 @@ def test_old_batch_objects_the_metrics_table_holds_are_deleted(lake: Lake) -> No
     assert last_batch(lake) == line(5, 1)
 
 
+def test_notification_objects_are_read_after_the_newest_one_held(lake: Lake) -> None:
+    from cdc_core.notifications import (
+        INITIAL_SNAPSHOT,
+        Notification,
+        NotificationType,
+        Notifier,
+        SinkPosition,
+        sink_records_after,
+    )
+
+    notifier = Notifier(lake, "orders", sink_topic="n")
+    for n, kind in enumerate((NotificationType.STARTED, NotificationType.COMPLETED), 1):
+        notifier.send(Notification(f"j-{n}", INITIAL_SNAPSHOT, kind, {}, 1_795_000_000_000 + n))
+    records, position = sink_records_after(lake, "n", SinkPosition())
+    assert [r["id"] for r in records] == ["j-1", "j-2"]
+    assert position.held == 2
+    assert isinstance(position.after, str)
+    assert position.after.startswith("1795000000002-")
+    notifier.send(
+        Notification("j-3", INITIAL_SNAPSHOT, NotificationType.STARTED, {}, 1_795_000_000_003)
+    )
+    records, after = sink_records_after(lake, "n", position)
+    assert [r["id"] for r in records] == ["j-3"]
+    assert after.held == 3
+    assert sink_records_after(lake, "n", after) == ([], after)
+    assert [r["id"] for r in sink_records_after(lake, "n", SinkPosition(1))[0]] == ["j-2", "j-3"]
+
+
 def test_schema_history_lists_entries_on_the_store(lake: Lake) -> None:
     from cdc_core.bronze import record_schema
 
