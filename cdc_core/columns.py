@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
+from cdc_core.identifiers import TableName
 from cdc_core.name_patterns import checked_pattern, matches_any, split_patterns
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
@@ -179,6 +180,14 @@ class ColumnRules:
         last; as in its `mapperFor`, the first that matches a column applies and no other."""
         return sorted(self.rules, key=Rule.rank)
 
+    def keeps(self, table: TableName, column: str) -> bool:
+        """Whether the include and exclude lists keep `column` of `table` (key and identity
+        columns are kept whatever they say, as `plan` keeps them)."""
+        column_id = f"{table.schema}.{table.name}.{column}"
+        if self.include and not matches_any(self.include, column_id):
+            return False
+        return not matches_any(self.exclude, column_id)
+
     def plan(self, descriptor: RelationDescriptor) -> ColumnPlan | None:
         """How a table's rows are rewritten; None when nothing changes for it."""
         if not self:
@@ -205,6 +214,11 @@ class ColumnRules:
 
 
 NO_RULES = ColumnRules()
+
+SILVER_OWN = ("_cdc_lsn", "_cdc_seq", "_cdc_op", "_cdc_commit_ts", "_cdc_deleted", "_cdc_raw",
+              "_cdc_unavailable", "_cdc_row_hash", "_cdc_count")  # fmt: skip
+"""The columns silver adds to a mirror (`silver_shape.CDC_COLUMNS`, `MULTISET_COLUMNS`): no
+source column may have their names."""
 
 
 @dataclass(frozen=True)

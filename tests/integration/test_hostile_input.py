@@ -337,3 +337,29 @@ def test_names_that_are_no_directory_or_collide_in_bronze_are_refused(
         assert run.returncode == 2, run.stderr
         assert "pipelines/p.yaml: source.tables: " in run.stderr
         assert error in run.stderr
+
+
+def test_column_names_silver_cannot_tell_apart_are_refused_before_anything_lands(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """PostgreSQL tells "Note" from note; Spark and Delta match column names without case, and
+    silver adds columns of its own (`_cdc_op`, ...): such a table could never get a mirror."""
+    dsn = pg.dsn(database)
+    sql(dsn, 'CREATE TABLE cased (id int PRIMARY KEY, "Note" text, note text)',
+        "CREATE TABLE meta (id int PRIMARY KEY, _CDC_op text)",
+        "INSERT INTO cased VALUES (1, 'a', 'b')", "INSERT INTO meta VALUES (1, 'x')")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.cased", "public.meta"], snapshot="initial")
+    run = p.ingest()
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert 'public.cased: columns "Note" and "note" are one column to Spark and Delta' in (
+        run.stderr
+    )
+    assert 'public.meta: column "_cdc_op" is a column silver adds to every mirror' in run.stderr
+    assert not (p.lake.place(p.lake.bronze) / "_delta_log").exists()  # nothing landed
+    doctor = p.cdc("doctor", "--pipeline", "p")
+    assert doctor.returncode == 2, doctor.stdout  # the doctor: 2 when a check fails
+    assert "source.column.exclude.list: public.cased.note" in doctor.stdout
+    p.edit("tables: ['public.cased', 'public.meta']", "tables: ['public.cased']\n"
+           "  column.exclude.list: public.cased.note")  # fmt: skip
+    ran = p.ingest()  # the fix the doctor gives
+    assert ran.returncode == 0, ran.stderr[-3000:]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_core.columns import ColumnRules, Rule, java_serialized
+from cdc_core.columns import SILVER_OWN, ColumnRules, Rule, java_serialized
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
@@ -215,3 +215,9 @@ def test_replica_identity_full_keeps_only_key_columns_from_exclusion() -> None:
         if old is not None:
             assert old_kind == "O"
             assert len(po.tuple_values(old)) == 1
+
+
+def test_the_columns_silver_adds_are_the_names_no_source_column_may_have() -> None:
+    from cdc_core.silver_shape import CDC_COLUMNS, MULTISET_COLUMNS
+
+    assert set(SILVER_OWN) == {f.name for f in [*CDC_COLUMNS.fields, *MULTISET_COLUMNS.fields]}

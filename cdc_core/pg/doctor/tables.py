@@ -7,6 +7,7 @@ import difflib
 
 from psycopg import sql
 
+from cdc_core.columns import SILVER_OWN, ColumnRules
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import TableInfo
@@ -24,12 +25,43 @@ def tables(ctx: Context) -> list[Check]:
             checks.append(_missing_table(ctx, t, known))
             continue
         fixes = _read_grants(ctx, t, info)
-        if fixes:
+        clashes = column_clashes(t, info, ctx.source.column_rules())
+        if clashes:
+            fix = (
+                f"rename one of each pair (ALTER TABLE ... RENAME COLUMN), or leave it out of the "
+                f"mirror: {ctx.pipeline_file}: source.column.exclude.list: "
+                f"{', '.join(f'{t.schema}.{t.name}.{c}' for c in clashes.values())}"
+            )
+            detail = "; ".join(clashes)
+            checks.append(Check(f"table {t}", "fail", detail, "\n".join([*fixes, fix])))
+        elif fixes:
             detail = f"{info.kind} table; {quoted(ctx.role.name)} cannot SELECT it"
             checks.append(Check(f"table {t}", "fail", detail, "\n".join(fixes)))
         else:
             checks.append(Check(f"table {t}", "pass", f"{info.kind} table, SELECT granted"))
     return checks
+
+
+def column_clashes(t: TableName, info: TableInfo, rules: ColumnRules) -> dict[str, str]:
+    """Columns silver cannot hold apart, each problem with the column to leave out: PostgreSQL
+    tells "Note" from note, but Spark and Delta match column names without case (Java's
+    lower case), and silver adds columns of its own (`SILVER_OWN`)."""
+    identity = set(info.primary_key) | set(info.identity_columns)
+    kept = [c for c in info.columns if c in identity or rules.keeps(t, c)]
+    seen = {c.lower(): f"a column silver adds to every mirror ({c})" for c in SILVER_OWN}
+    clashes = {}
+    for column in kept:
+        first = seen.setdefault(column.lower(), column)
+        if first == column:
+            continue
+        if first.startswith("a column silver adds"):
+            clashes[f"column {quoted(column)} is {first}"] = column
+        else:
+            problem = (
+                f"columns {quoted(first)} and {quoted(column)} are one column to Spark and Delta"
+            )
+            clashes[problem] = column
+    return clashes
 
 
 def _read_grants(ctx: Context, t: TableName, info: TableInfo) -> list[str]:
