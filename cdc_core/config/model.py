@@ -677,7 +677,8 @@ class SnapshotConfig:
     signal_data_collection: TableName | None = field(
         default=None,
         metadata=meta("Debezium's signalling table (id, type, data), read at the start of every "
-                      "run: execute-snapshot and stop-snapshot", key="signal.data.collection",
+                      "run: execute-snapshot, stop-snapshot, pause-snapshot and "
+                      "resume-snapshot", key="signal.data.collection",
                       debezium="signal.data.collection", example="public.debezium_signal"),
     )  # fmt: skip
 
