@@ -5,7 +5,8 @@ it ran, the LSN range it staged, its changes and transactions, and its freshness
 change it made visible in silver, the time from the change's commit in PostgreSQL to the end of
 the silver MERGE that applied it (p50, p99, max). Debezium's metric names are kept where they
 carry over (`MilliSecondsBehindSource`: the newest change's lag; `TotalNumberOfEventsSeen` and
-`NumberOfCommittedTransactions`: totals of this process; `SnapshotRunning`, `RowsScanned`).
+`NumberOfCommittedTransactions`: totals of this process; `SnapshotRunning`, `SnapshotPaused`,
+`SnapshotPausedDurationInSeconds`, `RowsScanned`).
 """
 
 from __future__ import annotations
@@ -140,6 +141,10 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
     ("cdc_number_of_committed_transactions", "NumberOfCommittedTransactions", "counter",
      "transactions staged by this process"),
     ("cdc_snapshot_running", "SnapshotRunning", "gauge", "1 while a snapshot is being read"),
+    ("cdc_snapshot_paused", "SnapshotPaused", "gauge",
+     "1 while an incremental snapshot is paused (pause-snapshot signal)"),
+    ("cdc_snapshot_paused_duration_in_seconds", "SnapshotPausedDurationInSeconds", "gauge",
+     "time the running incremental snapshot has been paused"),
     ("cdc_rows_scanned", "RowsScanned", "gauge", "snapshot rows read by the last batch"),
     ("cdc_batch_seconds", "seconds", "gauge", "duration of the last batch"),
     ("cdc_batch_changes", "changes", "gauge", "changes staged by the last batch"),
@@ -191,7 +196,8 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("freshness_p50_s", "double"), ("freshness_p99_s", "double"), ("freshness_max_s", "double"),
     ("MilliSecondsBehindSource", "bigint"), ("TotalNumberOfEventsSeen", "bigint"),
     ("NumberOfCommittedTransactions", "bigint"), ("SnapshotRunning", "boolean"),
-    ("RowsScanned", "bigint"), ("errors", "array<string>"),
+    ("RowsScanned", "bigint"), ("errors", "array<string>"), ("SnapshotPaused", "boolean"),
+    ("SnapshotPausedDurationInSeconds", "bigint"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
 METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds

@@ -6,9 +6,10 @@ log line per notification) and `sink` (Debezium's Kafka topic, here
 and fsynced; on an object store, which cannot append, a folder of one object per notification
 named by its time). A notification has Debezium's fields and names: `id`, `aggregate_type`
 ("Initial Snapshot", or "Incremental Snapshot"), `type` (STARTED, IN_PROGRESS,
-TABLE_SCAN_COMPLETED, COMPLETED, ABORTED), `additional_data` (strings, as Debezium's
-Map<String,String>) and `timestamp` (epoch milliseconds). The Delta table
-`_state/<topic>.delta` catches up from the sink's lines (`flush_notifications_table`), for SQL.
+TABLE_SCAN_COMPLETED, COMPLETED, ABORTED; PAUSED and RESUMED for incremental snapshots),
+`additional_data` (strings, as Debezium's Map<String,String>) and `timestamp` (epoch
+milliseconds). The Delta table `_state/<topic>.delta` catches up from the sink's lines
+(`flush_notifications_table`), for SQL.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class NotificationType(Enum):
     TABLE_SCAN_COMPLETED = "TABLE_SCAN_COMPLETED"
     COMPLETED = "COMPLETED"
     ABORTED = "ABORTED"
+    PAUSED = "PAUSED"  # by a pause-snapshot signal (incremental snapshots only)
+    RESUMED = "RESUMED"  # by a resume-snapshot signal
 
 
 class TableScanStatus(Enum):

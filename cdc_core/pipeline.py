@@ -16,6 +16,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ from cdc_core.pg.doctor import Check, run_doctor
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import autoset_replica_identity
 from cdc_core.run_lock import run_lock
-from cdc_core.start import start
+from cdc_core.start import start, take_signals
 from cdc_core.state import check_owner
 from cdc_core.transient import transient_failures
 
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # the Spark side loads only when a run needs Spark (not --cap
 
     from cdc_core.bronze import BronzeSummary
     from cdc_core.silver import CaughtUp, TableResult
+    from cdc_core.snapshot import SnapshotJob
     from cdc_core.spark import Spark
 
 
@@ -294,6 +296,7 @@ def batch(
         keys=pipeline.source.message_key_columns,
         rules=pipeline.source.column_rules(), skipped=pipeline.source.skipped_operations.codes,
         notify=Notifier.of(pipeline, lake),
+        signals=(lambda: take_signals(config, lake, list(begun.jobs))) if streaming else None,
     ) if begun.jobs else 0  # fmt: skip
     if streaming:
         heartbeat(config, lake)
@@ -325,7 +328,7 @@ def batch(
     faults.point("batch.before_record")
     fresh = Freshness.of(times, visible_us)
     record = _record(lake, summary, totals, fresh, started_us=started_us, visible_us=visible_us,
-                     snapshots=bool(begun.jobs), retained_wal=retained_wal)  # fmt: skip
+                     snapshots=begun.jobs, retained_wal=retained_wal)  # fmt: skip
     write_prometheus(lake, record)
     capture_settings = config.pipeline.capture
     if _metrics_table_due(lake, totals, capture_settings.metrics_table_interval_s):
@@ -376,7 +379,7 @@ def _check_retained_wal(config: Config) -> int | None:
 
 def _record(
     lake: Lake, summary: RunSummary, totals: Totals, fresh: Freshness, *, started_us: int,
-    visible_us: int, snapshots: bool, retained_wal: int | None,
+    visible_us: int, snapshots: Sequence[SnapshotJob], retained_wal: int | None,
 ) -> dict[str, Any]:  # fmt: skip
     captured = summary.capture
     files = captured.files if captured else ()
@@ -402,9 +405,13 @@ def _record(
         "MilliSecondsBehindSource": None if fresh.newest_s is None else int(fresh.newest_s * 1000),
         "TotalNumberOfEventsSeen": totals.events,
         "NumberOfCommittedTransactions": totals.transactions,
-        "SnapshotRunning": snapshots, "RowsScanned": summary.snapshot_rows,
+        "SnapshotRunning": bool(snapshots), "RowsScanned": summary.snapshot_rows,
         "errors": [t.error for t in summary.silver if t.error],
         "retained_wal_bytes": retained_wal,
+        "SnapshotPaused": any(j.paused for j in snapshots),
+        "SnapshotPausedDurationInSeconds": max(
+            (j.paused_seconds(now_us()) for j in snapshots), default=0
+        ),
     }  # fmt: skip
     record_batch(lake, record)
     return record

@@ -8,10 +8,11 @@ again with the same id is a new signal (see `read_signals`, `sort_out`). Signal 
 
 - `execute-snapshot`: an incremental (default) or blocking snapshot -> `SnapshotRequest`.
 - `stop-snapshot`: stop all or some running incremental snapshots -> `StopRequest`.
+- `pause-snapshot`, `resume-snapshot`: pause or resume the running incremental snapshots
+  -> `PauseRequest` (their data is not read, as in Debezium).
 - `log`: its `message` is logged; nothing else to do.
 - `snapshot-window-open`, `snapshot-window-close`: Debezium's own watermark rows; ignored.
-- `pause-snapshot`, `resume-snapshot`, `schema-changes` and unknown types: not supported,
-  logged as a warning and ignored.
+- `schema-changes` and unknown types: not supported, logged as a warning and ignored.
 
 Every row read is to be marked processed by the caller, whatever it parsed to: a signal that
 cannot be carried out is a `SignalProblem`, logged once, never retried. Debezium's other
@@ -39,9 +40,11 @@ log = logging.getLogger("cdc_core.signals")
 
 EXECUTE_SNAPSHOT = "execute-snapshot"
 STOP_SNAPSHOT = "stop-snapshot"
+PAUSE_SNAPSHOT = "pause-snapshot"
+RESUME_SNAPSHOT = "resume-snapshot"
 LOG = "log"
 WATERMARKS = frozenset({"snapshot-window-open", "snapshot-window-close"})
-UNSUPPORTED = frozenset({"pause-snapshot", "resume-snapshot", "schema-changes"})
+UNSUPPORTED = frozenset({"schema-changes"})
 
 SnapshotKind = Literal["incremental", "blocking"]
 _KINDS: dict[str, SnapshotKind] = {"incremental": "incremental", "blocking": "blocking"}
@@ -74,6 +77,15 @@ class StopRequest:
 
 
 @dataclass(frozen=True)
+class PauseRequest:
+    """Pause the running incremental snapshots (no chunk is read until resumed; the stream goes
+    on), or with `resume` resume them from their next chunk."""
+
+    signal_id: str
+    resume: bool = False
+
+
+@dataclass(frozen=True)
 class SignalProblem:
     """A signal row that cannot be carried out: logged and marked processed (never silently
     dropped, never retried forever)."""
@@ -82,7 +94,7 @@ class SignalProblem:
     reason: str
 
 
-Signal = SnapshotRequest | StopRequest | SignalProblem
+Signal = SnapshotRequest | StopRequest | PauseRequest | SignalProblem
 
 
 class _SignalError(ValueError):
@@ -102,6 +114,8 @@ def parse_signal(
             return _stop_snapshot(signal_id, data, captured)
     except _SignalError as e:
         return SignalProblem(signal_id, f"{kind} signal {signal_id!r}: {e}")
+    if kind in (PAUSE_SNAPSHOT, RESUME_SNAPSHOT):  # Debezium reads no data for either
+        return PauseRequest(signal_id, resume=kind == RESUME_SNAPSHOT)
     if kind == LOG:
         _log_message(signal_id, data)
     elif kind in UNSUPPORTED:

@@ -87,6 +87,17 @@ class SnapshotJob:
     created_us: int = field(default_factory=lambda: time.time_ns() // 1000)
     stopped: bool = False
     signal: str | None = None  # the key of the signal row that asked for it (`SignalRow.key`)
+    paused_us: int | None = None  # when a pause-snapshot signal paused it; None: not paused
+    paused_total_us: int = 0  # time spent paused by pauses that ended (resumed)
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_us is not None and not self.finished
+
+    def paused_seconds(self, now_us: int) -> int:
+        """Debezium's SnapshotPausedDurationInSeconds, the pause under way included."""
+        ongoing = now_us - self.paused_us if self.paused_us is not None else 0
+        return max(0, self.paused_total_us + ongoing) // 1_000_000
 
     @property
     def reading(self) -> bool:
@@ -103,15 +114,39 @@ class SnapshotJob:
         return {
             "id": self.id, "kind": self.kind, "origin": self.origin, "created_us": self.created_us,
             "stopped": self.stopped, "tables": [t.to_json() for t in self.tables],
-            "signal": self.signal,
+            "signal": self.signal, "paused_us": self.paused_us,
+            "paused_total_us": self.paused_total_us,
         }  # fmt: skip
 
     @classmethod
     def from_json(cls, d: dict[str, object]) -> SnapshotJob:
         tables = [TableSnapshot.from_json(t) for t in d["tables"]]  # type: ignore[attr-defined]
         signal = None if d.get("signal") is None else str(d["signal"])
+        paused = d.get("paused_us")
         return cls(str(d["id"]), d["kind"], str(d["origin"]), tables, int(d["created_us"]),  # type: ignore[arg-type, call-overload]
-                   bool(d.get("stopped")), signal)  # fmt: skip
+                   bool(d.get("stopped")), signal,
+                   None if paused is None else int(str(paused)),
+                   int(str(d.get("paused_total_us") or 0)))  # fmt: skip
+
+
+def set_paused(jobs: Sequence[SnapshotJob], *, paused: bool, now_us: int) -> list[SnapshotJob]:
+    """Pause (or resume) the unfinished incremental jobs; returns those whose state changed.
+    As in Debezium, pausing a paused snapshot or resuming a running one changes nothing, and
+    only incremental snapshots pause (initial and blocking ones run to their end). A job with
+    no chunk left to read is not paused: silver finishes it."""
+    changed = []
+    for job in jobs:
+        if job.kind != "incremental" or job.finished or job.paused == paused:
+            continue
+        if paused and not job.reading:
+            continue
+        if paused:
+            job.paused_us = now_us
+        else:
+            job.paused_total_us += max(0, now_us - (job.paused_us or now_us))
+            job.paused_us = None
+        changed.append(job)
+    return changed
 
 
 def load_jobs(lake: Lake) -> list[SnapshotJob]:

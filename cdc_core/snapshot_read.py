@@ -528,16 +528,22 @@ def read_jobs(
     pipeline: str, max_threads: int, fetch_size: int, catch_up: CatchUp | None,
     keys: KeyColumns = NO_KEYS,
     rules: ColumnRules = NO_RULES, skipped: frozenset[str] = frozenset(),
-    notify: Notifier | None = None,
+    notify: Notifier | None = None, signals: Callable[[], object] | None = None,
 ) -> int:  # fmt: skip
     """Read every pending group of `jobs` into bronze; returns the rows read. `catch_up`:
     stages the stream past a read (None: the pipeline does not stream). `notify`: STARTED
     before a job's first read (not again when a run resumes it), IN_PROGRESS per group read,
-    TABLE_SCAN_COMPLETED per table read to its end."""
+    TABLE_SCAN_COMPLETED per table read to its end. `signals`: takes the signals sent since,
+    between two groups (as Debezium does between chunks), applying stops and pauses to `jobs`;
+    a paused or stopped job reads no further group."""
     notify = notify or Notifier(lake)
+    for job in jobs:
+        if job.paused:  # the stream goes on; its next chunk waits for a resume-snapshot signal
+            log.info("snapshot %s is paused: no chunk read until a resume-snapshot signal", job.id)
     pending = [
-        (j, t) for j in jobs if not j.stopped for t in j.tables if t.last is None and not t.done
-    ]
+        (j, t) for j in jobs if not j.stopped and not j.paused
+        for t in j.tables if t.last is None and not t.done
+    ]  # fmt: skip
     if not pending:
         return 0
     total_rows = sum(t.plan.estimated_rows for _, t in pending)
@@ -545,13 +551,18 @@ def read_jobs(
     progress = Progress(total_rows, total_chunks)
     with connect(dsn, values=True) as conn:
         database = str(conn.info.dbname)
-    read = 0
+    read, first = 0, True
     for job, part in pending:
-        if not any(t.groups_done or t.done for t in job.tables):
-            notify.job(job, NotificationType.STARTED)  # again if a run dies before a group
         by_number = {c.number: c for c in part.plan.chunks}
         groups = part.groups(max_threads)
         for n in range(part.groups_done, len(groups)):
+            if signals is not None and not first:  # the run's start took those before
+                signals()
+            first = False
+            if job.stopped or job.paused or part.done:
+                break
+            if not any(t.groups_done or t.done for t in job.tables):
+                notify.job(job, NotificationType.STARTED)  # again if a run dies before a group
             group = GroupRead(
                 job.id, job.kind, pipeline, database, part.table, part.plan,
                 tuple(by_number[c] for c in groups[n]), n, part.condition, part.select, fetch_size,

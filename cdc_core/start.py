@@ -10,6 +10,7 @@ allows it), and turns the initial snapshot, newly configured tables, Debezium si
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +29,10 @@ from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
 from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
-from cdc_core.signal_file import FileSignal, take_signals
+from cdc_core.signal_file import FileSignal
+from cdc_core.signal_file import take_signals as take_file_signals
 from cdc_core.signals import (
+    PauseRequest,
     SignalProblem,
     SignalRow,
     SnapshotRequest,
@@ -39,7 +42,7 @@ from cdc_core.signals import (
     read_signals,
     sort_out,
 )
-from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job
+from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job, set_paused
 from cdc_core.snapshot_modes import Decision, StartState, decide
 from cdc_core.start_publication import left_publication, record_memberships
 from cdc_core.state import (
@@ -293,6 +296,22 @@ def _save(lake: Lake, job: SnapshotJob) -> SnapshotJob:
     return job
 
 
+def take_signals(config: Config, lake: Lake, running: list[SnapshotJob]) -> None:
+    """The signals sent since the run started, taken between two snapshot reads: stops and
+    pauses apply to `running` (the jobs being read), a snapshot asked for is planned and saved
+    for the next run to read."""
+    settings = config.pipeline.snapshot
+    channels = settings.signal_enabled_channels
+    table = settings.signal_data_collection is not None and "source" in channels
+    if not table and "file" not in channels:
+        return
+    ids = {j.id for j in running}
+    jobs = running + [j for j in load_jobs(lake) if j.id not in ids]
+    with connect(config.pipeline.source.dsn, values=True) as conn:
+        planned = _from_signals(conn, config, lake, jobs)
+        _from_signal_file(conn, config, lake, jobs + planned)
+
+
 def _from_signals(
     conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
 ) -> list[SnapshotJob]:
@@ -331,14 +350,15 @@ def _from_signal_file(
             planned.append(job)
 
     saved = {j.signal for j in jobs if j.signal}
-    take_signals(Path(settings.signal_file), signal_batch_file(lake), saved, carry_out)
+    take_file_signals(Path(settings.signal_file), signal_batch_file(lake), saved, carry_out)
     return planned
 
 
 def _carry_out(
     conn: Conn, config: Config, lake: Lake, row: SignalRow | FileSignal, jobs: list[SnapshotJob]
 ) -> SnapshotJob | None:
-    """One signal: a planned (and saved) snapshot job, a stop applied to `jobs`, or a log line."""
+    """One signal: a planned (and saved) snapshot job, a stop or pause applied to `jobs`, or a
+    log line."""
     signal = parse_signal(row.id, row.type, row.data, list(config.pipeline.source.tables))
     if isinstance(signal, SnapshotRequest):
         problems = [
@@ -360,6 +380,8 @@ def _carry_out(
         return _save(lake, job)
     if isinstance(signal, StopRequest):
         _stop(lake, jobs, signal, Notifier.of(config.pipeline, lake))
+    elif isinstance(signal, PauseRequest):
+        _pause(lake, jobs, signal, Notifier.of(config.pipeline, lake))
     elif isinstance(signal, SignalProblem):
         log.warning("signal %s not carried out: %s", signal.signal_id, signal.reason)
     return None
@@ -385,10 +407,26 @@ def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest, notify: Noti
         log.info("snapshot %s stopped by signal %s", job.id, signal.signal_id)
 
 
+def _pause(lake: Lake, jobs: list[SnapshotJob], signal: PauseRequest, notify: Notifier) -> None:
+    """Pause or resume the unfinished incremental jobs, each saved with its state (a paused one
+    stays paused across runs until a resume-snapshot signal)."""
+    what = "resume" if signal.resume else "pause"
+    changed = set_paused(jobs, paused=not signal.resume, now_us=time.time_ns() // 1000)
+    for job in changed:
+        notify.job(job, NotificationType.RESUMED if signal.resume else NotificationType.PAUSED)
+        job.save(lake)
+        log.info("snapshot %s %sd by signal %s", job.id, what, signal.signal_id)
+    if not changed:  # Debezium too does nothing then, beyond logging the request
+        others = [j.id for j in jobs if not j.finished and j.kind != "incremental"]
+        log.info(
+            "signal %s: no incremental snapshot to %s; ignored%s", signal.signal_id, what,
+            f" (initial and blocking snapshots cannot be paused: {', '.join(others)})"
+            if others and not signal.resume else "",
+        )  # fmt: skip
+
+
 def request_snapshot(lake: Lake, table: TableName, where: str | None, blocking: bool) -> Location:
     """Queue a snapshot of `table` for the pipeline's next run (`cdc snapshot`)."""
-    import time
-
     path = requests_dir(lake) / f"{time.time_ns()}.json"
     write_json(path, {"table": str(table), "where": where, "blocking": blocking})
     return path

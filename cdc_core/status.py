@@ -9,6 +9,7 @@ missing or lost slot, a pipeline that has not run for `--stale-after`, or an unr
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Literal
@@ -101,6 +102,8 @@ class SnapshotStatus:
     tables_total: int
     rows: int
     finished: bool
+    paused: bool = False  # by a pause-snapshot signal: no chunk is read until resumed
+    paused_s: int = 0  # Debezium's SnapshotPausedDurationInSeconds, the pause under way included
 
 
 @dataclass(frozen=True)
@@ -251,9 +254,11 @@ def read_snapshots(lake: Lake) -> tuple[tuple[SnapshotStatus, ...], str | None]:
         jobs = load_jobs(lake)
     except (CdcError, KeyError, TypeError, ValueError) as e:
         return (), f"snapshot jobs under {lake.state / 'snapshots'} cannot be read: {e}"
+    now = time.time_ns() // 1000
     found = [
         SnapshotStatus(job.id, job.kind, sum(t.done for t in job.tables), len(job.tables),
-                       sum(t.rows for t in job.tables), job.finished)
+                       sum(t.rows for t in job.tables), job.finished, job.paused,
+                       job.paused_seconds(now))
         for job in jobs
     ]  # fmt: skip
     return tuple(found), None
@@ -406,8 +411,15 @@ def _snapshot_lines(snapshots: tuple[SnapshotStatus, ...]) -> list[str]:
         return ["none"]
     width = max(len(s.id) for s in snapshots)
     return [f"{s.id.ljust(width)}  {s.kind:<11}  {s.tables_done}/{s.tables_total} tables  "
-            f"{s.rows} rows  {'finished' if s.finished else 'in progress'}"
-            for s in snapshots]  # fmt: skip
+            f"{s.rows} rows  {_snapshot_state(s)}" for s in snapshots]  # fmt: skip
+
+
+def _snapshot_state(s: SnapshotStatus) -> str:
+    if s.finished:
+        return "finished"
+    if s.paused:
+        return f"paused ({s.paused_s} s in all; a resume-snapshot signal resumes it)"
+    return "in progress"
 
 
 def _table_lines(tables: tuple[TableStatus, ...]) -> list[str]:

@@ -727,7 +727,8 @@ class SnapshotConfig:
     signal_data_collection: TableName | None = field(
         default=None,
         metadata=meta("Debezium's signalling table (id, type, data), read at the start of every "
-                      "run: execute-snapshot and stop-snapshot", key="signal.data.collection",
+                      "run and between snapshot reads: execute-snapshot, stop-snapshot, "
+                      "pause-snapshot and resume-snapshot", key="signal.data.collection",
                       debezium="signal.data.collection", example="public.debezium_signal"),
     )  # fmt: skip
     signal_enabled_channels: SignalChannels = field(

@@ -310,3 +310,20 @@ def test_signals_processed_by_id_before_an_upgrade_are_not_run_again(
     assert load_jobs(lake) == []
     [key] = read_json(signals_file(lake))["processed"]
     assert key.endswith(":ad-hoc-1")
+
+
+def test_a_pause_sent_after_an_execute_pauses_it_until_a_resume(
+    conn: psycopg.Connection[Any], signalled: tuple[Config, Lake]
+) -> None:
+    config, lake = signalled
+    conn.execute(EXECUTE, ("snap-1",))
+    conn.execute("INSERT INTO debezium_signal VALUES ('pause-1', 'pause-snapshot', NULL)")
+    run = start(config, lake)
+    [job] = load_jobs(lake)
+    assert job.paused
+    assert [j.id for j in run.jobs] == [job.id]  # unfinished: its reads wait, silver goes on
+    start(config, lake)
+    assert load_jobs(lake)[0].paused  # across runs
+    conn.execute("INSERT INTO debezium_signal VALUES ('resume-1', 'resume-snapshot', NULL)")
+    start(config, lake)
+    assert not load_jobs(lake)[0].paused

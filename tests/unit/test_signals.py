@@ -8,6 +8,7 @@ import pytest
 
 from cdc_core.identifiers import TableName
 from cdc_core.signals import (
+    PauseRequest,
     SignalProblem,
     SignalRow,
     SnapshotRequest,
@@ -310,8 +311,6 @@ def test_stop_snapshot_matching_no_captured_table_is_a_problem() -> None:
     [
         ("snapshot-window-open", '{"openWindowTimestamp": "2024-01-01T00:00:00Z"}'),
         ("snapshot-window-close", None),
-        ("pause-snapshot", '{"type": "incremental"}'),
-        ("resume-snapshot", '{"type": "incremental"}'),
         ("log", '{"message": "hello"}'),
         ("something-else", None),
     ],
@@ -320,10 +319,23 @@ def test_other_signal_types_are_ignored(type_: str, data: str | None) -> None:
     assert parse_signal("id-1", type_, data, CAPTURED) is None
 
 
-def test_pause_and_resume_are_reported_as_unsupported(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("data", [None, "", '{"type": "incremental"}', "not json", "[1]"])
+def test_pause_snapshot_pauses_whatever_its_data(data: str | None) -> None:
+    """Debezium reads no data for pause-snapshot and resume-snapshot."""
+    assert parse_signal("p-1", "pause-snapshot", data, CAPTURED) == PauseRequest("p-1")
+
+
+@pytest.mark.parametrize("data", [None, '{"type": "incremental"}'])
+def test_resume_snapshot_resumes_whatever_its_data(data: str | None) -> None:
+    assert parse_signal("r-1", " resume-snapshot ", data, CAPTURED) == PauseRequest(
+        "r-1", resume=True
+    )
+
+
+def test_schema_changes_is_reported_as_unsupported(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="cdc_core.signals"):
-        parse_signal("p-1", "pause-snapshot", '{"type": "incremental"}', CAPTURED)
-    assert "'pause-snapshot' signals are not supported" in caplog.text
+        assert parse_signal("s-1", "schema-changes", "{}", CAPTURED) is None
+    assert "'schema-changes' signals are not supported" in caplog.text
 
 
 def test_log_signal_logs_its_message(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,149 @@
+"""Pausing an incremental snapshot through the signal table, end to end: while paused, runs
+stream but read no chunk (across a restart); resumed, the snapshot goes on with the chunk after
+the last one read, none read twice, none skipped, and the mirror equals the source."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core.identifiers import TableName
+from cdc_core.notifications import sink_records
+from cdc_core.signals import signal_table_ddl
+from cdc_core.snapshot import SnapshotJob, load_jobs
+from cdc_core.status import read_snapshots
+from tests.integration.conftest import PgServer
+from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
+from tests.integration.mirror import assert_mirror_equals_source
+
+SIGNALS = TableName("public", "cdc_signal")
+ITEMS = TableName("public", "items")
+READ = re.compile(r"snapshot \S+: \S+ group (\d+) of \d+ read")
+
+
+def send(dsn: str, signal_id: str, type_: str, data: str | None = None) -> None:
+    sql(dsn, f"INSERT INTO {SIGNALS} VALUES ('{signal_id}', '{type_}', "
+             f"{'NULL' if data is None else repr(data)})")  # fmt: skip
+
+
+def ingest(p: Pipeline) -> str:
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run.stderr
+
+
+def only_job(p: Pipeline) -> SnapshotJob:
+    [job] = load_jobs(p.lake)
+    return job
+
+
+def test_a_paused_incremental_snapshot_streams_and_resumes_with_its_next_chunk(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(
+        dsn,
+        "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 1000) g",
+        signal_table_ddl(SIGNALS),
+    )
+    p = make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data",
+        source_extra="notification.enabled.channels: sink\n"
+                     "notification.sink.topic.name: notifications\n",
+        snapshot_extra=f"chunk.size: 100\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0  # the slot: rows before it need a snapshot
+    send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
+    killed = subprocess.run(  # a run that read three groups of the snapshot, then died
+        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
+        env=p.env() | {"CDC_FAULT": "snapshot.chunk_done@3"}, cwd=p.home, capture_output=True,
+        text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    groups = len(only_job(p).tables[0].groups(1))
+    assert only_job(p).tables[0].groups_done == 3
+    assert groups > 5
+
+    send(dsn, "pause-1", "pause-snapshot")
+    sql(dsn, "INSERT INTO items VALUES (5000, 'streamed')", "UPDATE items SET v = 'u' WHERE id = 2")
+    for _ in range(2):  # paused across runs: streamed, no chunk read
+        logged = ingest(p)
+        assert READ.findall(logged) == [], logged[-6000:]
+        job = only_job(p)
+        assert job.paused
+        assert job.tables[0].groups_done == 3
+    silver = spark.read.format("delta").load(p.lake.silver(ITEMS))
+    assert [tuple(r) for r in silver.where("id IN (2, 5000)").orderBy("id").select("id", "v").collect()] == [
+        (2, "u"), (5000, "streamed")
+    ]  # fmt: skip
+    [status], _ = read_snapshots(p.lake)
+    assert status.paused
+
+    send(dsn, "resume-1", "resume-snapshot")
+    logged = ingest(p)
+    assert [int(n) for n in READ.findall(logged)] == list(range(4, groups + 1))
+    ingest(p)  # silver takes the last read once the stream is past it
+    job = only_job(p)
+    assert job.finished, job.to_json()
+    assert not job.paused
+
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 1001
+    reads = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
+    assert reads.groupBy("key").count().where("count > 1").count() == 0, "a row read twice"
+    types = [n["type"] for n in sink_records(p.lake, "notifications")]
+    assert types.count("PAUSED") == types.count("RESUMED") == 1
+    assert types.index("PAUSED") < types.index("RESUMED") < types.index("COMPLETED")
+
+
+def test_a_pause_sent_while_a_run_reads_stops_it_before_its_next_group(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """Signals are taken between two reads, as Debezium takes them between chunks: a run
+    already reading a snapshot does not read it to its end once paused."""
+    dsn = pg.dsn(database)
+    sql(
+        dsn,
+        "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 2000) g",
+        signal_table_ddl(SIGNALS),
+    )
+    p = make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data",
+        snapshot_extra=f"chunk.size: 100\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
+    proc = p.start_ingest()
+    try:
+        seen = _wait_for_groups(p, proc, at_least=2)
+        send(dsn, "pause-1", "pause-snapshot")
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-4000:]
+    job = only_job(p)
+    assert job.paused
+    part = job.tables[0]
+    # the group in flight ends, and at most one more if it began before the signal committed
+    assert seen <= part.groups_done <= seen + 2 < len(part.groups(1)), err[-4000:]
+    assert f"snapshot {job.id} paused by signal pause-1" in err
+
+
+def _wait_for_groups(p: Pipeline, proc: subprocess.Popen[str], *, at_least: int) -> int:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"ingest ended early: {proc.communicate()[1][-3000:]}"
+        jobs = load_jobs(p.lake)
+        if jobs and jobs[0].tables[0].groups_done >= at_least:
+            return jobs[0].tables[0].groups_done
+        time.sleep(0.05)
+    raise AssertionError("the snapshot did not progress")
