@@ -79,9 +79,21 @@ class GroupRead:
         return f"cdc-snapshot-{self.job_id}-{self.table.qualified}"
 
 
-def jdbc_target(dsn: Dsn) -> tuple[str, dict[str, str]]:
-    """A JDBC URL and connection properties for the source, formatting values like pgoutput."""
-    params = conninfo_to_dict(dsn.conninfo)
+def jdbc_target(dsn: Dsn, info: psycopg.ConnectionInfo | None = None) -> tuple[str, dict[str, str]]:
+    """A JDBC URL and connection properties for the source, formatting values like pgoutput.
+
+    `info`: a psycopg connection to the source, whose host, port, database, user and TLS settings
+    are what libpq resolved (the connection string, then PGHOST, PGPORT, PGSSLMODE..., a service
+    file; of several hosts, the one that answered). Without it the connection string alone
+    decides, and what it leaves out falls to the JDBC driver's defaults (localhost:5432), which
+    could be another server than the one the slot is on. A Unix socket, which the driver cannot
+    reach, is the same server over TCP on localhost at the same port."""
+    params: dict[str, object] = dict(conninfo_to_dict(dsn.conninfo))
+    if info is not None:
+        params = {**info.get_parameters(), **{k: v for k, v in params.items() if v}}
+        socket = info.host.startswith("/") or info.host.startswith("@")
+        params.update(host="localhost" if socket else info.host, port=info.port,
+                      dbname=info.dbname, user=info.user)  # fmt: skip
     host, port = str(params.get("host") or "localhost"), str(params.get("port") or "5432")
     user = str(params.get("user") or "")
     url = f"jdbc:postgresql://{host}:{port}/{params.get('dbname') or user}"
@@ -241,8 +253,8 @@ def read_group(
     """Read the group's chunks under one snapshot and append them to bronze; (view, rows, the
     table's shape as read). `catch_up`: the pipeline streams, and the read is reconciled with
     it (None: no stream)."""
-    url, props = jdbc_target(dsn)
     coordinator = connect(dsn, values=True)
+    url, props = jdbc_target(dsn, coordinator.info)  # the server the coordinator reached
     if "password" not in props and coordinator.info.password:  # from PGPASSWORD or a passfile:
         props["password"] = coordinator.info.password  # libpq found it, JDBC would not
     try:
