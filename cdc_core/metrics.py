@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
-from cdc_core.state import write_text
+from cdc_core.state import json_line, write_text
 from cdc_core.storage import Location, ObjectPath, arrow, publish, temporary_for
 
 if TYPE_CHECKING:
@@ -286,7 +286,7 @@ def batch_lines_after(lake: Lake, batch: int) -> list[dict[str, Any]]:
             lines = chunk.split(b"\n")
             tail = lines.pop(0) if start > 0 else b""  # a line cut by the chunk boundary
             for line in reversed(lines):
-                record = _parsed(line)
+                record = json_line(line)
                 if record is None:
                     continue
                 if int(record.get("batch", 0)) <= batch:
@@ -316,7 +316,7 @@ def prune_batch_lines(lake: Lake, held: int, keep_days: int, *, now_s: float | N
     except FileNotFoundError:
         return 0
     with f:
-        oldest = next(filter(None, map(_parsed, f)), None)
+        oldest = next(filter(None, map(json_line, f)), None)
         if oldest is None or _ended_s(oldest) >= cutoff - _DAY_S or not goes(oldest):
             return 0
         f.seek(0)
@@ -324,7 +324,7 @@ def prune_batch_lines(lake: Lake, held: int, keep_days: int, *, now_s: float | N
         dropped, held_back = 0, None  # held back: a line that goes unless it is the newest
         with tmp.open("wb") as out:
             for line in f:
-                record = _parsed(line)
+                record = json_line(line)
                 if record is None:
                     continue  # a line cut by a crash
                 dropped += held_back is not None
@@ -344,14 +344,6 @@ def _ended_s(record: dict[str, Any]) -> float:
         return datetime.fromisoformat(str(record["ended_at"])).timestamp()
     except (KeyError, ValueError):
         return float("inf")
-
-
-def _parsed(line: bytes) -> dict[str, Any] | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None  # an empty line, or one cut by a crash mid-write
-    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)

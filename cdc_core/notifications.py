@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
-from cdc_core.state import write_text
+from cdc_core.state import json_line, write_text
 from cdc_core.storage import Location, ObjectPath
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def sink_records(lake: Lake, topic: str) -> list[dict[str, Any]]:
             return []
     else:
         lines = [p.read_bytes() for p in sorted(where.glob("*.json"), key=lambda p: p.name)]
-    return [r for r in map(_parsed, lines) if r is not None]
+    return [r for r in map(json_line, lines) if r is not None]
 
 
 NOTIFICATIONS_APP = "cdc-notifications"
@@ -237,7 +237,7 @@ def sink_records_after(
         f.seek(start)
         data = f.read()
     end = data.rfind(b"\n") + 1
-    records = [r for r in map(_parsed, data[:end].split(b"\n")) if r is not None]
+    records = [r for r in map(json_line, data[:end].split(b"\n")) if r is not None]
     fresh = records[skip:]
     return fresh, SinkPosition(position.held + len(fresh), start + end)
 
@@ -260,16 +260,8 @@ def _objects_after(
     names = sorted(p.name for p in folder.glob("*.json"))
     after = position.after
     fresh = [n for n in names if n > after] if isinstance(after, str) else names[position.held :]
-    records = [r for r in (_parsed((folder / n).read_bytes()) for n in fresh) if r is not None]
+    records = [r for r in (json_line((folder / n).read_bytes()) for n in fresh) if r is not None]
     return records, SinkPosition(position.held + len(records), fresh[-1] if fresh else after)
-
-
-def _parsed(line: bytes) -> dict[str, Any] | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None  # an empty line, or one cut by a crash mid-write
-    return data if isinstance(data, dict) else None
 
 
 def table_row(seq: int, record: Mapping[str, Any]) -> tuple[object, ...]:

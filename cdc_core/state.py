@@ -28,6 +28,16 @@ def read_json(path: Location) -> Any:
         raise TerminalError(f"{path} is not valid JSON ({e}): restore it or remove it") from e
 
 
+def json_line(line: bytes) -> dict[str, Any] | None:
+    """One JSON-lines record as an object; None for an empty line, one cut by a crash mid-write,
+    or one that holds no object."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def write_json(path: Location, data: object) -> None:
     """Replace the document at `path` in one step: a reader sees the old one or the new one."""
     write_text(path, json.dumps(data, indent=1, sort_keys=True))

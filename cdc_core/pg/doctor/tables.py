@@ -19,13 +19,14 @@ from cdc_core.signals import signal_table_ddl
 def tables(ctx: Context) -> list[Check]:
     known: list[TableName] | None = None  # read only when a table is missing
     checks = []
+    rules = ctx.source.column_rules()
     for t, info in ctx.tables.items():
         if info is None:
             known = catalog.list_tables(ctx.conn) if known is None else known
             checks.append(_missing_table(ctx, t, known))
             continue
         fixes = _read_grants(ctx, t, info)
-        clashes = column_clashes(t, info, ctx.source.column_rules())
+        clashes = column_clashes(t, info, rules)
         if clashes:
             fix = (
                 f"rename one of each pair (ALTER TABLE ... RENAME COLUMN), or leave it out of the "
