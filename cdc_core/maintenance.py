@@ -47,6 +47,8 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lake_state import HISTORY_DEPTH, committing, read_watermark, watermark_depth
 from cdc_core.lsn import Lsn
+from cdc_core.metrics import METRICS_WATERMARK, metrics_table
+from cdc_core.notifications import NOTIFICATIONS_WATERMARK, Notifier, notifications_table
 from cdc_core.reset_marker import RESET_PREFIX
 from cdc_core.run_lock import run_lock
 from cdc_core.silver import WATERMARK as SILVER_WATERMARK
@@ -161,10 +163,11 @@ class MaintenanceSummary:
 
 
 def maintain(config: Config) -> MaintenanceSummary:
-    """Staged files, then bronze (retention, compaction, VACUUM), each silver mirror and the
-    transactions table (compaction, VACUUM). On an object store it holds the pipeline's run
-    lock: Delta's S3 log store is safe for one writing process only, so maintenance waits for
-    ingest to finish (exit 75 while it runs) rather than racing its commits."""
+    """Staged files, then bronze (retention, compaction, VACUUM), each silver mirror, the
+    transactions table and the metrics and notifications tables (compaction, VACUUM). On an
+    object store it holds the pipeline's run lock: Delta's S3 log store is safe for one
+    writing process only, so maintenance waits for ingest to finish (exit 75 while it runs)
+    rather than racing its commits."""
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     check_owner(lake, config.pipeline.name)
     if is_local(lake.state):
@@ -191,6 +194,7 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
         spark, lake.transactions
     ):
         targets.append(("transactions", lake.transactions, TRANSACTIONS_WATERMARK))
+    targets += control_tables(spark, lake, Notifier.of(pipeline, lake).sink_topic)
     reports = []
     noted = functools.partial(note_pruned, lake)
     for name, path, key in targets:
@@ -202,6 +206,19 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
                                       before_delete=noted))  # fmt: skip
     return MaintenanceSummary(pipeline.name, lake.root, staged, tuple(reports),
                               time.monotonic() - started)  # fmt: skip
+
+
+def control_tables(
+    spark: SparkSession, lake: Lake, sink_topic: str | None
+) -> list[tuple[str, str, str]]:
+    """The Delta tables under `_state` that grow with every run: the metrics table (a commit a
+    minute under `--continuous`, a small file each) and, with the notification sink on, the
+    notifications table. Only those that exist: neither is created by maintenance."""
+    tables = [("metrics", metrics_table(lake), METRICS_WATERMARK)]
+    if sink_topic is not None:
+        tables.append(("notifications", notifications_table(lake, sink_topic),
+                       NOTIFICATIONS_WATERMARK))  # fmt: skip
+    return [t for t in tables if DeltaTable.isDeltaTable(spark, t[1])]
 
 
 def check(summary: MaintenanceSummary) -> None:

@@ -992,8 +992,8 @@ class MaintenanceConfig:
 
     optimize: bool = field(
         default=True,
-        metadata=meta("compact small files (Delta OPTIMIZE) of bronze, every silver mirror and "
-                      "the transactions table"),
+        metadata=meta("compact small files (Delta OPTIMIZE) of bronze, every silver mirror, "
+                      "the transactions table and the metrics and notifications tables"),
     )  # fmt: skip
     vacuum: bool = field(
         default=True,

@@ -54,7 +54,8 @@ def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds
     p = make_pipeline(
         tmp_path, dsn, ["public.items", "public.notes", "public.quiet"],
         extra="maintenance:\n  staged_retention_hours: 0\n  vacuum_retention_hours: 0\n"
-              "  vacuum_retention_check: false\n",
+              "  vacuum_retention_check: false\n"
+              "capture:\n  metrics_table_interval_s: 0\n",  # a metrics commit per run
     )  # fmt: skip
     assert p.ingest("--capture-only").returncode == 0  # the slot, before any change
     for run in range(3):  # small commits: many small files in bronze and silver
@@ -81,6 +82,8 @@ def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds
     assert any(line.startswith("silver public.items: ") and "vacuum removed" in line
                for line in lines), run.stdout  # fmt: skip
     assert "silver public.quiet: left alone (not created yet)" in lines
+    assert any(line.startswith("metrics: ") and "files compacted into 1" in line
+               for line in lines), run.stdout  # fmt: skip
     assert any(line.startswith("staged files: ") for line in lines)
     for path, before in files_before.items():
         assert live_files(spark, path) < before, f"{path}: OPTIMIZE did not compact"
