@@ -30,6 +30,7 @@ from cdc_core.name_patterns import split_patterns
 
 POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 _CONNECTOR_ALIASES = (POSTGRES_CONNECTOR, "PostgresConnector", "Postgres")  # Kafka Connect's
+_CHANNEL_PROPS = ("signal.enabled.channels", "notification.enabled.channels")
 _SECRETS = ("database.password", "database.sslpassword")  # never written, whatever they hold
 DEBEZIUM_SLOT, DEBEZIUM_PUBLICATION = "debezium", "dbz_publication"  # Debezium's defaults
 _CONVERTED = frozenset({"database.password", "snapshot.mode", "table.include.list"})
@@ -350,8 +351,10 @@ def _carry(props: Mapping[str, str], out: Imported, done: set[str], shown: str) 
             target = targets[prop]
             section = out.data.setdefault(target.section, {})
             assert isinstance(section, dict)
-            section[target.key] = _value(prop, value, target, out, shown)
-            out.mapped.append((prop, target.path))
+            text = _channels(prop, value, out) if prop in _CHANNEL_PROPS else value
+            if text.strip():
+                section[target.key] = _value(prop, text, target, out, shown)
+            out.mapped.append((prop, target.path if text.strip() else "its default"))
         elif _TRANSFORM.fullmatch(prop):
             source = out.data["source"]
             assert isinstance(source, dict)
@@ -383,6 +386,18 @@ def _defaults_that_differ(props: Mapping[str, str], out: Imported) -> None:
     if differ:
         out.notes.append("unset properties whose default here differs from Debezium's (set them "
                          f"to keep Debezium's behaviour): {'; '.join(differ)}")  # fmt: skip
+
+
+def _channels(prop: str, value: str, out: Imported) -> str:
+    """Signal or notification channels without Debezium's Kafka and JMX ones, which need
+    Kafka or a JVM (the loader refuses them); a note says which were dropped."""
+    items = [i.strip() for i in value.split(",") if i.strip()]
+    kept = [i for i in items if i.lower() not in ("kafka", "jmx")]
+    if len(kept) < len(items):
+        dropped = ", ".join(i for i in items if i not in kept)
+        left = ", ".join(kept) or ("none" if prop.startswith("notification") else "the default")
+        out.notes.append(f"{prop}: {dropped} dropped (Kafka's, or a JVM's); left: {left}")
+    return ",".join(kept)
 
 
 def _kafka_reason(prop: str) -> str | None:

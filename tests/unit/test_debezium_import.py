@@ -304,3 +304,15 @@ def test_the_name_comes_from_topic_prefix_made_valid(
     code, _, _ = run(capsys, write_json(home, BASE), "--name", "orders")
     assert code == 0
     assert pipeline_data(home, "orders")["target"] == {"root": "${LAKE_ROOT:-./lake}/orders"}
+
+
+def test_kafka_and_jmx_channels_are_dropped_from_the_channel_lists(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    channels = {"signal.enabled.channels": "source,kafka", "notification.enabled.channels": "jmx"}
+    code, out, err = run(capsys, write_json(home, BASE | channels))
+    assert code == 0, err
+    assert "signal.enabled.channels: kafka dropped (Kafka's, or a JVM's); left: source" in out
+    assert "notification.enabled.channels: jmx dropped (Kafka's, or a JVM's); left: none" in out
+    assert pipeline_data(home)["snapshot"] == {"signal.enabled.channels": "source"}
+    assert "notification.enabled.channels" not in str(pipeline_data(home)["source"])
