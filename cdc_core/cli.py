@@ -1,4 +1,5 @@
-"""The `cdc` command: doctor, status, validate, snapshot requests, local PostgreSQL, demo, workload.
+"""The `cdc` command: doctor, status, validate, snapshot requests, Debezium import, local
+PostgreSQL, demo, workload.
 
 Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
 75 transient, 1 anything else) and prints one clear line on stderr; `--debug` adds the
@@ -197,6 +198,16 @@ def _validate(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _import_debezium(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cdc_core.config.debezium_file import import_connector
+
+    output = Path(args.output) if args.output else None
+    print(import_connector(Path(args.file), args.name, output, args.force))
+    return EXIT_OK
+
+
 def _pg(args: argparse.Namespace) -> int:
     from cdc_core.pg.local import ensure_cluster, find_cluster, home_dir
 
@@ -240,6 +251,23 @@ def _workload(args: argparse.Namespace) -> int:
     stats = run_workload(args.dsn, spec)
     print(stats)
     return EXIT_OK
+
+
+def _add_import_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "import-debezium", help="write a pipeline file from a Debezium connector configuration"
+    )
+    p.add_argument(
+        "file", metavar="FILE",
+        help="the connector's JSON (as POSTed to Kafka Connect, or its config object) or "
+        ".properties",
+    )  # fmt: skip
+    p.add_argument("--name", default=None,
+                   help="pipeline name, default topic.prefix (made a valid name)")  # fmt: skip
+    p.add_argument("--output", default=None, metavar="PATH",
+                   help="the pipeline file to write, default pipelines/NAME.yaml")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(run=_import_debezium)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -289,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-quality", action="store_true",
                    help="skip the great-expectations suites (parity only)")  # fmt: skip
     p.set_defaults(run=_validate)
+
+    _add_import_parser(sub)
 
     p = sub.add_parser("pg", help="the local PostgreSQL cluster used by the demo")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])

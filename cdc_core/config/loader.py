@@ -208,18 +208,18 @@ class Builder:
 
     def value(self, tp: Any, raw: Any, path: str, f: dataclasses.Field[Any] | None) -> Any:
         """Convert one raw YAML value to type `tp`."""
+        origin = get_origin(tp)
+        if origin in (Union, types.UnionType):  # before interpolating: the value is read once
+            options = [a for a in get_args(tp) if a is not type(None)]
+            if raw is None:
+                return None
+            return self.value(options[0], raw, path, f)
         if isinstance(raw, str):
             check: Callable[[str], str | None] | None = getattr(tp, "check_written", None)
             problem = check(self.interpolate(raw, path, written=True)) if check else None
             if problem:  # e.g. a password in clear: it must come from the environment
                 raise self.error(path, problem)
             raw = self.interpolate(raw, path)
-        origin = get_origin(tp)
-        if origin in (Union, types.UnionType):
-            options = [a for a in get_args(tp) if a is not type(None)]
-            if raw is None:
-                return None
-            return self.value(options[0], raw, path, f)
         if origin is Literal:
             return self._literal(tp, raw, path, f)
         if dataclasses.is_dataclass(tp) and not hasattr(tp, "parse"):

@@ -156,6 +156,12 @@ def test_dollar_dollar_is_a_literal_dollar(tmp_path: Path) -> None:
     assert config.pipeline.target.root == "/lake/$x"
 
 
+def test_dollar_dollar_is_read_once_in_an_optional_key(tmp_path: Path) -> None:
+    pipeline = CONTRACT.replace("  tables:", "  heartbeat.action.query: SELECT '$${x}'\n  tables:")
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert config.pipeline.source.heartbeat_action_query == "SELECT '${x}'"
+
+
 def test_unknown_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
     message = load_error(tmp_path, CONTRACT.replace("  slot: orders_cdc", "  slott: orders_cdc"))
     assert message.startswith("pipelines/orders.yaml: source.slott: unknown key")
