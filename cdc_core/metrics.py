@@ -146,6 +146,9 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
     ("cdc_snapshot_paused_duration_in_seconds", "SnapshotPausedDurationInSeconds", "gauge",
      "time the running incremental snapshot has been paused"),
     ("cdc_rows_scanned", "RowsScanned", "gauge", "snapshot rows read by the last batch"),
+    ("cdc_slot_retained_wal_bytes", "retained_wal_bytes", "gauge",
+     "WAL the source keeps for the pipeline's slot (current WAL position - restart_lsn): "
+     "alert on it before the source's disk fills"),
     ("cdc_batch_seconds", "seconds", "gauge", "duration of the last batch"),
     ("cdc_batch_changes", "changes", "gauge", "changes staged by the last batch"),
     ("cdc_batch_number", "batch", "counter", "batches run by the pipeline"),
@@ -197,7 +200,7 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("MilliSecondsBehindSource", "bigint"), ("TotalNumberOfEventsSeen", "bigint"),
     ("NumberOfCommittedTransactions", "bigint"), ("SnapshotRunning", "boolean"),
     ("RowsScanned", "bigint"), ("errors", "array<string>"), ("SnapshotPaused", "boolean"),
-    ("SnapshotPausedDurationInSeconds", "bigint"),
+    ("SnapshotPausedDurationInSeconds", "bigint"), ("retained_wal_bytes", "bigint"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
 METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds

@@ -71,8 +71,14 @@ def test_prometheus_text_names_and_labels() -> None:
         "TotalNumberOfEventsSeen": 70, "NumberOfCommittedTransactions": 9,
         "SnapshotRunning": False, "RowsScanned": 0,
         "freshness_p50_s": 1.5, "freshness_p99_s": 2.0, "freshness_max_s": None,
+        "retained_wal_bytes": 4096,
     }  # fmt: skip
     text = prometheus_text(record)
+    assert 'cdc_slot_retained_wal_bytes{pipeline="or\\"ders"} 4096.0' in text
+    assert "# TYPE cdc_slot_retained_wal_bytes gauge" in text
+    assert "cdc_slot_retained_wal_bytes" not in prometheus_text(
+        record | {"retained_wal_bytes": None}
+    )
     assert 'cdc_milliseconds_behind_source{pipeline="or\\"ders"} 1200.0' in text
     assert "# TYPE cdc_total_number_of_events_seen counter" in text
     assert 'cdc_freshness_seconds{pipeline="or\\"ders",quantile="0.99"} 2.0' in text
