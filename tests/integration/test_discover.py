@@ -59,6 +59,13 @@ def test_tables_the_include_list_matches_are_found_and_a_new_one_is_snapshotted_
         "CREATE TABLE order_notes (id int PRIMARY KEY, note text)",
         "INSERT INTO order_notes SELECT g, 'n' || g FROM generate_series(1, 20) g",
         "INSERT INTO audit VALUES (2, 'still not')")  # fmt: skip
+    doctor = p.cdc("doctor", "--pipeline", "p")  # the commands find the tables as a run does
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "source.tables omitted: source.table.include.list lets 3 through" in doctor.stdout
+    assert "table public.order_notes" in doctor.stdout
+    refused = p.cdc("snapshot", "--pipeline", "p", "--table", "public.audit")
+    assert refused.returncode == 2, refused.stderr
+    assert "pipeline p does not capture public.audit (it captures public" in refused.stderr
     run_in_process(p, spark)  # finds order_notes: published, snapshotted as a table added later
     for table in (ORDERS, LINES, NOTES):
         assert_mirror_equals_source(spark, p.lake, dsn, table)
