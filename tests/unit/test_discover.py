@@ -145,3 +145,26 @@ def test_discovered_names_the_lake_cannot_hold_apart_name_the_include_list(
     message = str(e.value)
     assert message.startswith("pipelines/orders.yaml: source.table.include.list: a table it lets")
     assert "are both a.b.c in bronze" in message
+
+
+def test_continuous_batches_find_the_tables_again_and_check_a_changed_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cdc_core import pipeline
+
+    loaded = load(tmp_path, source_with("  table.include.list: public\\..*\n").replace(
+        "mode: initial", "mode: always"))  # fmt: skip
+    catalog = [[TableName("public", "a")], [TableName("public", "a")],
+               [TableName("public", "a"), TableName("public", "b")]]  # fmt: skip
+    checked: list[tuple[TableName, ...]] = []
+    monkeypatch.setattr(pipeline, "discover", lambda c: with_tables(c, catalog.pop(0)))
+    monkeypatch.setattr(
+        pipeline, "_check_source", lambda c: checked.append(c.pipeline.source.tables)
+    )
+    first = pipeline.discover(loaded)
+    same = pipeline._rediscovered(loaded, first)
+    assert checked == []  # the set the run's start checked
+    assert same.pipeline.snapshot.mode == "initial"  # `always` snapshots once per run
+    grown = pipeline._rediscovered(loaded, same)
+    assert checked == [(TableName("public", "a"), TableName("public", "b"))]
+    assert grown.pipeline.source.tables == checked[0]
