@@ -258,12 +258,18 @@ def _described(config: Config, described: RelationDescriptor) -> RelationDescrip
             f"pipeline {config.pipeline.name}: the stream holds changes of {table} made under a "
             f"replica identity set while the pipeline ran (or before it was fixed): {problem} "
             f"(if it still is). Capture stopped before them; they cannot be mirrored: take "
-            f"{table} out of source.tables and run once (the stream passes them by), then put it "
-            "back: the next run snapshots it again as a new table (unless snapshot.mode is "
-            "no_data). Rows deleted meanwhile stay in its mirror unless you rebuild it: drop its "
-            f"silver directory and `cdc snapshot --pipeline {config.pipeline.name} --table {table}`"
+            f"{table} out of {_captured_by(config)} and run once (the stream passes them by), "
+            "then put it back: the next run snapshots it again as a new table (unless "
+            "snapshot.mode is no_data). Rows deleted meanwhile stay in its mirror unless you "
+            "rebuild it: drop its silver directory and "
+            f"`cdc snapshot --pipeline {config.pipeline.name} --table {table}`"
         )
     return described.keyed(key)
+
+
+def _captured_by(config: Config) -> str:
+    source = config.pipeline.source
+    return f"the tables {source.tables_key} lets through" if source.discovered else "source.tables"
 
 
 @dataclass

@@ -129,11 +129,12 @@ def _snapshot(args: argparse.Namespace) -> int:
     from cdc_core.identifiers import TableName
     from cdc_core.lake import Lake
     from cdc_core.pg.connect import connect
+    from cdc_core.pg.discover import discover
     from cdc_core.snapshot import condition_problem, load_jobs
     from cdc_core.start import request_snapshot
     from cdc_core.state import check_owner
 
-    config = load_pipeline(args.pipeline, args.env)
+    config = discover(load_pipeline(args.pipeline, args.env))
     tables = config.pipeline.source.tables
     try:
         table = TableName.parse(args.table)
@@ -169,8 +170,9 @@ def _snapshot(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from cdc_core.config import load_pipeline
     from cdc_core.identifiers import TableName
+    from cdc_core.pg.discover import discover
 
-    config = load_pipeline(args.pipeline, args.env)
+    config = discover(load_pipeline(args.pipeline, args.env))
     captured = config.pipeline.source.tables
     tables = []
     for text in args.table or []:

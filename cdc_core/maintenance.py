@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 
 from cdc_core.bronze import TRANSACTIONS_WATERMARK, applied_end
 from cdc_core.bronze import WATERMARK as BRONZE_WATERMARK
-from cdc_core.config import Config
+from cdc_core.config import Config, with_tables
 from cdc_core.config.model import MaintenanceConfig
 from cdc_core.envelope import MESSAGES_TABLE
 from cdc_core.errors import TransientError
@@ -57,7 +57,7 @@ from cdc_core.silver_batch import after_position
 from cdc_core.silver_table import sql_name
 from cdc_core.spark import build_spark
 from cdc_core.stager import staged_files
-from cdc_core.state import check_owner, record_pruned
+from cdc_core.state import check_owner, known_tables_file, read_json, record_pruned
 from cdc_core.storage import Location, is_local
 
 log = logging.getLogger("cdc_core.maintenance")
@@ -178,6 +178,7 @@ def maintain(config: Config) -> MaintenanceSummary:
 
 def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
     started = time.monotonic()
+    config = _captured(config, lake)
     pipeline, settings = config.pipeline, config.pipeline.maintenance
     spark = build_spark(config.env.spark, f"cdc-maintain-{pipeline.name}", root=lake.root)
     run = RunSettings.of(spark, config)
@@ -322,6 +323,15 @@ def _metric(table: DeltaTable, after: int, operation: str, metric: str) -> int:
     )
     metrics = (rows[0]["operationMetrics"] or {}) if rows else {}
     return int(metrics.get(metric, 0))
+
+
+def _captured(config: Config, lake: Lake) -> Config:
+    """A source without `source.tables` is maintained for the tables the last ingest run's
+    start captured (`_state`), without reading the source: maintenance never connects to it."""
+    if not config.pipeline.source.awaits_discovery:
+        return config
+    known = [TableName.parse(str(t)) for t in read_json(known_tables_file(lake)) or []]
+    return with_tables(config, known) if known else config
 
 
 def silver_positions(

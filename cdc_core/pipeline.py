@@ -44,6 +44,7 @@ from cdc_core.metrics import (
 from cdc_core.notifications import Notifier, flush_notifications_table
 from cdc_core.pg.catalog import TableInfo, table_info
 from cdc_core.pg.connect import connect
+from cdc_core.pg.discover import describe, discover
 from cdc_core.pg.doctor import Check, run_doctor
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import autoset_replica_identity
@@ -111,8 +112,11 @@ def run(config: Config, options: RunOptions) -> RunSummary:
         return _run(config, lake, options)
 
 
-def _run(config: Config, lake: Lake, options: RunOptions) -> RunSummary:
+def _run(loaded: Config, lake: Lake, options: RunOptions) -> RunSummary:
     started = time.monotonic()
+    config = discover(loaded)  # source.tables omitted: found in the catalog, every run
+    if config.pipeline.source.discovered:
+        log.info("%s", describe(config))
     pipeline = config.pipeline
     _check_source(config)
     if options.capture_only:
@@ -133,7 +137,7 @@ def _run(config: Config, lake: Lake, options: RunOptions) -> RunSummary:
     totals = Totals()
     if not options.continuous:
         return batch(spark, config, lake, totals)
-    return _continuous(spark, config, lake, options, totals)
+    return _continuous(spark, config, lake, options, totals, loaded=loaded)
 
 
 def _check_source(config: Config) -> None:
@@ -198,10 +202,13 @@ def _leaves_key_out(info: TableInfo | None, source: SourceConfig) -> bool:
 
 
 def _continuous(
-    spark: Spark, config: Config, lake: Lake, options: RunOptions, totals: Totals
-) -> RunSummary:
+    spark: Spark, config: Config, lake: Lake, options: RunOptions, totals: Totals, *,
+    loaded: Config,
+) -> RunSummary:  # fmt: skip
     """Batches every `capture.trigger_interval_s` until SIGTERM/SIGINT (the batch in hand
-    finishes) or `--max-batches`; transient failures are retried with backoff."""
+    finishes) or `--max-batches`; transient failures are retried with backoff. `loaded`: the
+    configuration as loaded, whose tables a source without `source.tables` finds again before
+    every batch after the first."""
     stop = threading.Event()
 
     def stopping(signum: int, _frame: object) -> None:
@@ -223,6 +230,8 @@ def _continuous(
             began = time.monotonic()
             try:
                 with transient_failures():  # a lost server or a timeout from any step
+                    if last is not None and config.pipeline.source.discovered:
+                        config = _rediscovered(loaded, config)
                     last = batch(spark, config, lake, totals, mirrors)
             except TransientError as e:
                 failures += 1
@@ -246,6 +255,16 @@ def _continuous(
         raise TerminalError("stopped before the first batch finished")
     _flush_tables(session_of(spark), lake, config.pipeline)  # what came since the last append
     return last
+
+
+def _rediscovered(loaded: Config, config: Config) -> Config:
+    """The tables of a source without `source.tables`, found again between two batches; a
+    changed set is checked as a run's start checks it (the doctor) before a batch reads it."""
+    found = _after_first_batch(discover(loaded))
+    if found.pipeline.source.tables != config.pipeline.source.tables:
+        log.info("%s", describe(found))
+        _check_source(found)
+    return found
 
 
 def _after_first_batch(config: Config) -> Config:

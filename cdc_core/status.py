@@ -17,15 +17,17 @@ from typing import Literal
 import psycopg
 
 from cdc_core import delta_log
-from cdc_core.config import Config, Dsn, SourceConfig
-from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError
+from cdc_core.config import Config, Dsn, SourceConfig, with_tables
+from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, ConfigError
+from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.metrics import last_batch
 from cdc_core.pg.connect import connect
+from cdc_core.pg.discover import discover
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import staged_files
-from cdc_core.state import stream_file
+from cdc_core.state import known_tables_file, read_json, stream_file
 from cdc_core.storage import Location
 
 BRONZE_WATERMARK = "bronze_staged_end"  # cdc_core.bronze.WATERMARK (bronze imports pyspark)
@@ -157,9 +159,9 @@ def gather_status(
     config: Config, *, stale_after_s: float = 3600.0, now: datetime | None = None
 ) -> PipelineStatus:
     """Read every part; a part that cannot be read becomes a problem line, never an exception."""
-    pipeline = config.pipeline
     now = now or datetime.now(timezone.utc)
-    lake = Lake.of(pipeline.target.root, config.env.spark.conf)
+    lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+    pipeline = captured(config, lake).pipeline
     source, slot = read_slot(pipeline.source.dsn, pipeline.source.slot)
     batch = read_last_batch(lake)
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
@@ -181,6 +183,19 @@ def gather_status(
     if verdict is not None:
         (problems if verdict[0] == "fail" else warnings).append(verdict[1])
     return replace(status, problems=tuple(problems), warnings=tuple(warnings))
+
+
+def captured(config: Config, lake: Lake) -> Config:
+    """`config` with the tables it captures: a source without `source.tables` has them found
+    in its catalog; when it cannot be read (the slot's line says why), the tables the last
+    run's start captured."""
+    try:
+        return discover(config)
+    except ConfigError:
+        raise
+    except (CdcError, psycopg.Error):
+        known = read_json(known_tables_file(lake)) or []
+        return with_tables(config, [TableName.parse(str(t)) for t in known]) if known else config
 
 
 def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:

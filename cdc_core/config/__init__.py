@@ -7,11 +7,11 @@ project home (`$CDC_HOME`, or the working directory) into frozen dataclasses.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from cdc_core.config.loader import Builder, display_path, read_yaml, suggest
+from cdc_core.config.loader import Builder, FieldError, display_path, read_yaml, suggest
 from cdc_core.config.model import (
     ByteSize,
     CaptureConfig,
@@ -45,6 +45,7 @@ __all__ = [
     "load_env",
     "load_pipeline",
     "project_home",
+    "with_tables",
 ]
 
 
@@ -105,6 +106,24 @@ def load_pipeline(
     if env_settings.catalog.register:
         _check_catalog_names(pipeline, env_settings, env_shown)
     return Config(pipeline, env_settings, env, shown, env_shown)
+
+
+def with_tables(config: Config, tables: Sequence[TableName]) -> Config:
+    """`config` capturing `tables`, found in the source's catalog (`source.tables` omitted).
+    The checks a load leaves until the tables are known run now, with the same errors (exit 2):
+    names the lake can hold, keys that name captured tables, catalog names."""
+    shown, source = config.pipeline_file, config.pipeline.source
+    try:
+        found = source.with_discovered(tables)
+    except FieldError as e:
+        raise ConfigError(shown, source.tables_key, f"a table it lets through: {e}") from e
+    try:
+        pipeline = replace(config.pipeline, source=found)  # checks the keys naming tables
+    except FieldError as e:
+        raise ConfigError(shown, e.key, str(e)) from e
+    if config.env.catalog.register:
+        _check_catalog_names(pipeline, config.env, config.env_file)
+    return replace(config, pipeline=pipeline)
 
 
 def _resolve_signal_file(pipeline: PipelineConfig, folder: Path) -> PipelineConfig:

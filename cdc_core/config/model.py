@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import string
@@ -406,11 +407,18 @@ class SourceConfig:
         )
     )
     tables: tuple[TableName, ...] = field(
+        default=(),
         metadata=meta(
             "tables to capture as schema.table; quote names with capitals, spaces or dots: "
-            'public."Order Items". The include and exclude lists below narrow this list',
+            'public."Order Items". The include and exclude lists below narrow this list. '
+            "Omitted (Debezium's way), the tables are those the lists let through, found in the "
+            "source's catalog at the start of every run: ordinary and partitioned tables (a "
+            "partitioned table as one, never its partitions) of every schema but pg_catalog, "
+            "information_schema, pg_toast* and pg_temp*, less the signal table and the table "
+            "heartbeat.action.query writes; schema.include.list or table.include.list is then "
+            "required",
             example="[public.customers, public.orders]",
-        )
+        ),
     )
     password_file: str | None = field(
         default=None,
@@ -589,6 +597,8 @@ class SourceConfig:
                       key="notification.sink.topic.name",
                       debezium="notification.sink.topic.name", example="notifications"),
     )  # fmt: skip
+    discovered: bool = field(default=False, init=False, repr=False, compare=False)
+    """The tables are found in the source's catalog (`source.tables` omitted), not listed."""
 
     def __post_init__(self) -> None:
         self._add_password()
@@ -633,15 +643,50 @@ class SourceConfig:
             )
         if not self.publication.strip():
             raise FieldError("publication", "the name is empty")
+        self._check_tables()
+
+    def _check_tables(self) -> None:
         if not self.tables:
-            raise FieldError("tables", "list at least one table to capture, as schema.table")
-        _check_names(self.tables)
+            object.__setattr__(self, "discovered", True)
+            if not (self.schema_include_list or self.table_include_list):
+                raise FieldError(
+                    "tables",
+                    "list the tables to capture (schema.table), or give source.table.include.list "
+                    "or source.schema.include.list to capture the tables they match, found in the "
+                    "source's catalog at every run (a whole database is never captured by default)",
+                )
+            return
+        check_names(self.tables)
         kept = tuple(t for t in self.tables if self.captures(t))
         if not kept:
             raise FieldError(
                 "tables", "the include and exclude lists leave no table of this list to capture"
             )
         object.__setattr__(self, "tables", kept)
+
+    @property
+    def tables_key(self) -> str:
+        """The key that chooses the captured tables, as messages name it: source.tables, or
+        the include list of a source without it."""
+        if not self.discovered:
+            return "source.tables"
+        return f"source.{'table' if self.table_include_list else 'schema'}.include.list"
+
+    @property
+    def awaits_discovery(self) -> bool:
+        """`source.tables` is omitted and the source's catalog has not been read yet
+        (`cdc_core.pg.discover`): every reader of `tables` waits for `with_discovered`."""
+        return not self.tables
+
+    def with_discovered(self, tables: Sequence[TableName]) -> SourceConfig:
+        """This source capturing `tables`, found in its catalog; raises `FieldError` as the
+        load would for names the lake cannot hold. (Not `dataclasses.replace`: the loaded
+        values, the DSN with its password file's password, are taken as they are.)"""
+        check_names(tuple(tables))
+        found = copy.copy(self)
+        object.__setattr__(found, "tables", tuple(tables))
+        object.__setattr__(found, "discovered", True)
+        return found
 
     def _check_placeholder(self) -> None:
         try:
@@ -1073,6 +1118,11 @@ class PipelineConfig:
                 f"{self.name!r} is not a valid pipeline name "
                 "(letters, digits, _ and -, starting with a letter or digit)",
             )
+        if not self.source.awaits_discovery:  # else checked once the tables are found
+            self.check_tables()
+
+    def check_tables(self) -> None:
+        """The keys that name captured tables name some: raises `FieldError`."""
         captured = {str(t): t for t in self.source.tables}
         for pattern in self.snapshot.include_collection_list.patterns:
             if not any(matches(pattern, f"{t.schema}.{t.name}") for t in self.source.tables):
@@ -1184,7 +1234,7 @@ class Config:
     env_file: str
 
 
-def _check_names(tables: tuple[TableName, ...]) -> None:
+def check_names(tables: tuple[TableName, ...]) -> None:
     """Each table once; names that give each mirror a directory of its own, and bronze rows
     that say which table they belong to."""
     seen: dict[str, TableName] = {}

@@ -81,21 +81,22 @@ def make_pipeline(
 ) -> Pipeline:  # fmt: skip
     """A pipeline `p` of `tables` in `home` (its lake in home/lake), with a slot of its own; it
     runs as the least-privilege role (`privileges`) on `dsn`'s database, `dsn` stays the tests'.
-    `root`: the lake's root instead of home/lake (`Pipeline.lake` then does not apply)."""
+    `root`: the lake's root instead of home/lake (`Pipeline.lake` then does not apply). No
+    `tables`: the file lists none (the include lists in `source_extra` choose them)."""
     slot = f"cdc_{home.name[-20:].lower().replace('-', '_')}_{os.getpid()}"
     slot = "".join(ch for ch in slot if ch.isalnum() or ch == "_")[:63]
     (home / "pipelines").mkdir(parents=True, exist_ok=True)
     (home / "conf").mkdir(exist_ok=True)
     (home / "conf" / "local.yaml").write_text((ROOT / "conf" / "local.yaml").read_text())
     table_list = ", ".join(f"'{t}'" for t in tables)
+    listed = f"\n          tables: [{table_list}]" if tables else ""  # dedented below
     (home / "pipelines" / "p.yaml").write_text(
         textwrap.dedent(f"""\
         name: p
         source:
           dsn: {product_dsn(dsn)}
           slot: {slot}
-          publication: pub_{slot}
-          tables: [{table_list}]
+          publication: pub_{slot}{listed}
         """)
         + textwrap.indent(textwrap.dedent(source_extra), "  ")
         + f"snapshot:\n  mode: {snapshot}\n"

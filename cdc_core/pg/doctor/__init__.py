@@ -22,6 +22,7 @@ from cdc_core.errors import LoginError, TerminalError, TransientError
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection
 from cdc_core.pg.connect import connect, refusal
+from cdc_core.pg.discover import describe, discover
 from cdc_core.pg.doctor import publication, replica_identity, role, server, slot, tables
 from cdc_core.pg.doctor.context import Context, error_reason, quoted
 from cdc_core.pg.doctor.report import Check, DoctorReport, Status, format_report
@@ -45,9 +46,10 @@ def run_doctor(config: Config) -> DoctorReport:
 
 
 def _checks(conn: Connection, config: Config) -> list[Check]:
-    source = config.pipeline.source
     try:
         conn.execute("SET statement_timeout = '30s'")  # a doctor must not hang on a busy server
+        config = discover(config, conn)  # source.tables omitted: the tables a run would find
+        source = config.pipeline.source
         ctx = Context(
             conn=conn,
             source=source,
@@ -62,9 +64,11 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
     except psycopg.Error as e:
         detail = f"connected, but cannot read the catalog: {error_reason(e)}"
         failed = Check("connect", "fail", detail)
-        return [failed, *_not_run(source, "the catalog could not be read")]
+        return [failed, *_not_run(config.pipeline.source, "the catalog could not be read")]
     who = f"{source.dsn.redacted} as {quoted(ctx.role.name)}, database {quoted(ctx.database.name)}"
     checks = [Check("connect", "pass", who)]
+    if source.discovered:
+        checks.append(Check("discovery", "pass", describe(config)))
     for name, step in _STEPS:
         try:
             result = step(ctx)

@@ -58,6 +58,8 @@ def _identity(ctx: Context, t: TableName, info: TableInfo | None) -> Check:
     fix = ctx.render("ALTER TABLE {} REPLICA IDENTITY {};", table_id(t), sql.SQL(target))
     fix += "" if pk else "\nor add a primary key"
     fix += "" if info.is_owner else f"\n(run as {quoted(info.owner)}, its owner)"
+    if ctx.source.discovered:  # found by the lists, maybe not meant to be captured
+        fix += f"\nor leave it out: {ctx.pipeline_file}: {ctx.source.tables_key} lets it through"
     return Check(name, "fail", f"{why}: UPDATE and DELETE events would carry no key", fix)
 
 
