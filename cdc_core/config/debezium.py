@@ -159,13 +159,6 @@ def _walk(cls: type[Any], section: str) -> Iterator[tuple[str, Target]]:
             yield prop, Target(section, key, tp)
 
 
-def tables_required() -> bool:
-    """Whether the loader still needs `source.tables` (a branch makes it optional when the
-    include lists are given)."""
-    tables = next(f for f in dataclasses.fields(SourceConfig) if f.name == "tables")
-    return tables.default is dataclasses.MISSING and tables.default_factory is dataclasses.MISSING
-
-
 @dataclass
 class Imported:
     """A translated connector: the pipeline's data and what became of every property."""
@@ -179,7 +172,6 @@ class Imported:
     unsupported: list[tuple[str, str]] = field(default_factory=list)  # (property, hint)
     unknown: list[tuple[str, str]] = field(default_factory=list)  # (property, suggestion)
     notes: list[str] = field(default_factory=list)
-    tables_omitted: bool = False
 
     @property
     def mapped_count(self) -> int:
@@ -209,7 +201,7 @@ def translate(props: Mapping[str, str], shown: str, name: str | None = None) -> 
     done = set(_DSN_PROPS) | {"database.password"}
     _slot_and_publication(props, source, out)
     done |= {"slot.name", "publication.name"}
-    _tables(props, source, out)
+    _tables(props, source, out, shown)
     done |= {"table.include.list", "plugin.name"}
     if "plugin.name" in props:
         out.mapped.append(("plugin.name", "pgoutput, the only plug-in decoded here"))
@@ -318,26 +310,33 @@ def _slot_and_publication(props: Mapping[str, str], source: dict[str, Any], out:
                          "reused")  # fmt: skip
 
 
-def _tables(props: Mapping[str, str], source: dict[str, Any], out: Imported) -> None:
+def _tables(props: Mapping[str, str], source: dict[str, Any], out: Imported, shown: str) -> None:
     include = props.get("table.include.list", "")
     entries = split_patterns(include)
     if entries and all(_PLAIN_TABLE.fullmatch(e.strip()) for e in entries):
         source["tables"] = [e.strip().replace("\\.", ".") for e in entries]
         out.mapped.append(("table.include.list", "source.tables"))
         return
-    out.tables_omitted = True
     if entries:
         source["table.include.list"] = include
         out.mapped.append(("table.include.list", "source.table.include.list"))
-    reason = ("table.include.list holds regular expressions" if entries
-              else "table.include.list is not set (Debezium captures every table)")  # fmt: skip
-    if tables_required():
-        out.notes.append(f"{reason}, so source.tables is left out: this product still needs "
-                         "the list of tables, and the file will not load until tables are "
-                         "discovered from the catalog (coming); until then add source.tables: "
-                         "[schema.table, ...] by hand")  # fmt: skip
-    else:
-        out.notes.append(f"{reason}: the tables are discovered from the catalog")
+        out.notes.append("table.include.list holds regular expressions: each run captures the "
+                         "tables it matches, found in the source's catalog")  # fmt: skip
+        return
+    if props.get("schema.include.list", "").strip():
+        out.notes.append(
+            "table.include.list is not set: each run captures the tables of the "
+            "schemas schema.include.list matches, found in the source's catalog"
+        )
+        return
+    raise ConfigError(
+        shown,
+        "table.include.list",
+        "not set, and neither is schema.include.list: "
+        "Debezium would capture every table of the database, which this product "
+        "never does by default; name the tables (table.include.list) or the "
+        "schemas (schema.include.list) to capture, e.g. schema.include.list=public",
+    )
 
 
 def _carry(props: Mapping[str, str], out: Imported, done: set[str], shown: str) -> None:

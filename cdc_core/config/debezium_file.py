@@ -3,7 +3,6 @@ a pipeline file out, checked with the product's own loader before it is written.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import os
@@ -16,14 +15,11 @@ from typing import Any
 import yaml
 
 from cdc_core.config import load_pipeline, project_home
-from cdc_core.config.debezium import Imported, tables_required, translate
+from cdc_core.config.debezium import Imported, translate
 from cdc_core.config.loader import display_path, yaml_key
 from cdc_core.config.model import PipelineConfig
 from cdc_core.errors import ConfigError, UsageError
 
-_STAND_IN = "public.cdc_import_probe"  # a table for checking a file whose tables are left out
-_FILTERS = ("schema.include.list", "schema.exclude.list", "table.include.list",
-            "table.exclude.list")  # fmt: skip
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
@@ -192,29 +188,8 @@ def _ordered(section: str, value: Any) -> Any:
 
 def check_loads(imported: Imported, text: str, shown: str) -> None:
     """Load `text` with the product's loader (`load_pipeline`); a problem is a `ConfigError`
-    naming the Debezium property it came from. A file whose tables are left out (while the
-    loader still needs them) is checked with a stand-in table, once with its filters and
-    once without, so every other key is still checked."""
-    if not (imported.tables_omitted and tables_required()):
-        _raise(_load(imported, text), imported, shown)
-        return
-    with_filters = _with_stand_in(imported.data, drop_filters=False)
-    problem = _load(imported, yaml.safe_dump(with_filters))
-    if problem and problem.key not in ("source.tables", "snapshot.include.collection.list"):
-        _raise(problem, imported, shown)
-    problem = _load(imported, yaml.safe_dump(_with_stand_in(imported.data, drop_filters=True)))
-    if problem and not (problem.key == "snapshot.include.collection.list"
-                        and "matches none of the captured tables" in problem.message):  # fmt: skip
-        _raise(problem, imported, shown)
-
-
-def _with_stand_in(data: dict[str, Any], drop_filters: bool) -> dict[str, Any]:
-    probe = copy.deepcopy(data)
-    probe["source"]["tables"] = [_STAND_IN]
-    if drop_filters:
-        for key in _FILTERS:
-            probe["source"].pop(key, None)
-    return probe
+    naming the Debezium property it came from."""
+    _raise(_load(imported, text), imported, shown)
 
 
 def _load(imported: Imported, text: str) -> ConfigError | None:

@@ -290,8 +290,33 @@ def test_a_regex_include_list_is_kept_and_the_tables_left_out(
     source = pipeline_data(home)["source"]
     assert isinstance(source, dict)
     assert source["table.include.list"] == "public\\.ord.*"
+    assert "tables" not in source  # each run finds the tables the list matches
+    assert "each run captures the tables it matches" in out
+    loaded = load_pipeline("shop", home=home, environ={"SHOP_PG_PASSWORD": "x"})
+    assert loaded.pipeline.source.awaits_discovery
+
+
+def test_a_schema_include_list_alone_chooses_the_tables(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {k: v for k, v in BASE.items() if k != "table.include.list"}
+    code, out, err = run(capsys, write_json(home, config | {"schema.include.list": "sales"}))
+    assert code == 0, err
+    source = pipeline_data(home)["source"]
+    assert isinstance(source, dict)
+    assert source["schema.include.list"] == "sales"
     assert "tables" not in source
-    assert "table.include.list holds regular expressions, so source.tables is left out" in out
+    assert "the tables of the schemas schema.include.list matches" in out
+
+
+def test_a_connector_that_captures_every_table_is_refused(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {k: v for k, v in BASE.items() if k != "table.include.list"}
+    code, _, err = run(capsys, write_json(home, config))
+    assert code == 2
+    assert "table.include.list: not set, and neither is schema.include.list" in err
+    assert not (home / "pipelines" / "shop.yaml").exists()
 
 
 def test_the_name_comes_from_topic_prefix_made_valid(
