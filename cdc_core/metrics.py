@@ -17,7 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,20 +64,34 @@ class Freshness:
         return cls(p50, p99, pc.max(lag).as_py(), newest)
 
 
-def commit_times(staged: Sequence[Location]) -> pa.Array:
-    """The commit times of the changes in `staged` files, for their freshness once silver shows
-    them (`Freshness.of`). Read before bronze takes the files: maintenance removes a staged file
-    bronze holds, at any time; a file already gone is left out, with a warning."""
-    columns = []
+@dataclass(frozen=True)
+class StagedFacts:
+    """What a batch's metrics need of its staged files, read from their small columns."""
+
+    commit_times_us: pa.Array  # one per change: its transaction's commit time
+    ops: dict[str, int]  # changes per envelope op (c, u, d, t, m)
+
+
+def staged_facts(staged: Sequence[Location]) -> StagedFacts:
+    """The commit times (for the changes' freshness once silver shows them, `Freshness.of`)
+    and the operations of the changes in `staged` files. Read before bronze takes the files:
+    maintenance removes a staged file bronze holds, at any time; a file already gone is left
+    out, with a warning."""
+    times, ops = [], []
     for p in staged:
         where, fs = arrow(p)
         try:
-            table = pq.read_table(where, columns=["commit_time_us"], filesystem=fs)
+            table = pq.read_table(where, columns=["commit_time_us", "op"], filesystem=fs)
         except FileNotFoundError:
             log.warning("freshness leaves out %s: it was removed (maintenance)", p)
             continue
-        columns.append(table["commit_time_us"])
-    return pa.chunked_array(columns, pa.int64()).combine_chunks()
+        times.append(table["commit_time_us"])
+        ops.append(table["op"])
+    counts = pc.value_counts(pa.chunked_array(ops, pa.string())).to_pylist() if ops else []
+    return StagedFacts(
+        pa.chunked_array(times, pa.int64()).combine_chunks(),
+        {str(c["values"]): int(c["counts"]) for c in counts},
+    )
 
 
 @dataclass
@@ -86,6 +100,7 @@ class Totals:
 
     events: int = 0
     transactions: int = 0
+    ops: dict[str, int] = field(default_factory=dict)  # changes per envelope op
     batches: int = 0
     table_flushed: float | None = None  # monotonic time of the last metrics-table append
 
@@ -133,6 +148,12 @@ def record_batch(lake: Lake, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+OP_COUNTERS = (  # Debezium's streaming counters of one kind of change, by envelope op
+    ("c", "TotalNumberOfCreateEventsSeen"),
+    ("u", "TotalNumberOfUpdateEventsSeen"),
+    ("d", "TotalNumberOfDeleteEventsSeen"),
+)
+
 _PROMETHEUS = (  # (metric, batch-line key, type, help)
     ("cdc_milliseconds_behind_source", "MilliSecondsBehindSource", "gauge",
      "lag of the newest change of the last batch, commit to visible in silver"),
@@ -140,6 +161,12 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
      "changes staged by this process"),
     ("cdc_number_of_committed_transactions", "NumberOfCommittedTransactions", "counter",
      "transactions staged by this process"),
+    ("cdc_total_number_of_create_events_seen", "TotalNumberOfCreateEventsSeen", "counter",
+     "inserts staged by this process"),
+    ("cdc_total_number_of_update_events_seen", "TotalNumberOfUpdateEventsSeen", "counter",
+     "updates staged by this process"),
+    ("cdc_total_number_of_delete_events_seen", "TotalNumberOfDeleteEventsSeen", "counter",
+     "deletes staged by this process"),
     ("cdc_snapshot_running", "SnapshotRunning", "gauge", "1 while a snapshot is being read"),
     ("cdc_snapshot_paused", "SnapshotPaused", "gauge",
      "1 while an incremental snapshot is paused (pause-snapshot signal)"),
@@ -201,6 +228,8 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("NumberOfCommittedTransactions", "bigint"), ("SnapshotRunning", "boolean"),
     ("RowsScanned", "bigint"), ("errors", "array<string>"), ("SnapshotPaused", "boolean"),
     ("SnapshotPausedDurationInSeconds", "bigint"), ("retained_wal_bytes", "bigint"),
+    ("TotalNumberOfCreateEventsSeen", "bigint"), ("TotalNumberOfUpdateEventsSeen", "bigint"),
+    ("TotalNumberOfDeleteEventsSeen", "bigint"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
 METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds

@@ -16,7 +16,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +30,16 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import (
+    OP_COUNTERS,
     Freshness,
     Totals,
-    commit_times,
     flush_metrics_table,
     iso,
     last_batch,
     metrics_table_age,
     now_us,
     record_batch,
+    staged_facts,
     write_prometheus,
 )
 from cdc_core.notifications import Notifier, flush_notifications_table
@@ -321,7 +322,7 @@ def batch(
         heartbeat(config, lake)
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
-    times = commit_times([lake.changes / str(f) for f in captured.files] if captured else [])
+    staged = staged_facts([lake.changes / str(f) for f in captured.files] if captured else [])
     if mirrors is None:
         from cdc_core.silver import CaughtUp
 
@@ -345,9 +346,9 @@ def batch(
                          time.monotonic() - started, read, tuple(finished))  # fmt: skip
     retained_wal = _check_retained_wal(config) if streaming else None
     faults.point("batch.before_record")
-    fresh = Freshness.of(times, visible_us)
+    fresh = Freshness.of(staged.commit_times_us, visible_us)
     record = _record(lake, summary, totals, fresh, started_us=started_us, visible_us=visible_us,
-                     snapshots=begun.jobs, retained_wal=retained_wal)  # fmt: skip
+                     snapshots=begun.jobs, retained_wal=retained_wal, ops=staged.ops)  # fmt: skip
     write_prometheus(lake, record)
     capture_settings = config.pipeline.capture
     if _metrics_table_due(lake, totals, capture_settings.metrics_table_interval_s):
@@ -399,6 +400,7 @@ def _check_retained_wal(config: Config) -> int | None:
 def _record(
     lake: Lake, summary: RunSummary, totals: Totals, fresh: Freshness, *, started_us: int,
     visible_us: int, snapshots: Sequence[SnapshotJob], retained_wal: int | None,
+    ops: Mapping[str, int],
 ) -> dict[str, Any]:  # fmt: skip
     captured = summary.capture
     files = captured.files if captured else ()
@@ -407,6 +409,8 @@ def _record(
     totals.batches += 1
     totals.events += changes
     totals.transactions += transactions
+    for op, n in ops.items():
+        totals.ops[op] = totals.ops.get(op, 0) + n
     previous = last_batch(lake)
     number = int(previous.get("batch", 0)) + 1 if previous else 1
     record = {
@@ -424,6 +428,7 @@ def _record(
         "MilliSecondsBehindSource": None if fresh.newest_s is None else int(fresh.newest_s * 1000),
         "TotalNumberOfEventsSeen": totals.events,
         "NumberOfCommittedTransactions": totals.transactions,
+        **{name: totals.ops.get(op, 0) for op, name in OP_COUNTERS},
         "SnapshotRunning": bool(snapshots), "RowsScanned": summary.snapshot_rows,
         "errors": [t.error for t in summary.silver if t.error],
         "retained_wal_bytes": retained_wal,

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
-from cdc_core.metrics import batches_file, metrics_table, prometheus_file
+from cdc_core.metrics import OP_COUNTERS, batches_file, metrics_table, prometheus_file
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -75,6 +75,11 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
         assert 0 < x["freshness_p50_s"] <= x["freshness_p99_s"] <= x["freshness_max_s"]
         assert x["MilliSecondsBehindSource"] <= x["freshness_max_s"] * 1000
     assert lines[-1]["TotalNumberOfEventsSeen"] == sum(x["changes"] for x in lines)
+    bronze = spark.read.format("delta").load(p.lake.bronze).where("op IN ('c', 'u', 'd')")
+    in_bronze = {r["op"]: r["count"] for r in bronze.groupBy("op").count().collect()}
+    counters = {op: lines[-1][name] for op, name in OP_COUNTERS}
+    assert counters == in_bronze, (counters, in_bronze)  # each kind of change, as staged
+    assert min(counters.values()) > 0
     assert all(x["retained_wal_bytes"] >= 0 for x in lines[1:])  # streaming batches
     assert "more than source.retained_wal_warn (1000 B)" in err  # a guardrail set very low
     prom = prometheus_file(p.lake).read_text()
@@ -86,6 +91,7 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
     newest = table.orderBy("batch").collect()[-1]
     assert newest["changes"] == lines[-1]["changes"]
     assert newest["ended_at"] is not None
+    assert newest["TotalNumberOfDeleteEventsSeen"] == counters["d"]
     ingest_ok(p)  # a final --once run takes what the workload wrote after the stop
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "events")) > 0
 

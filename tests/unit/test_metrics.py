@@ -71,11 +71,13 @@ def test_prometheus_text_names_and_labels() -> None:
         "TotalNumberOfEventsSeen": 70, "NumberOfCommittedTransactions": 9,
         "SnapshotRunning": False, "RowsScanned": 0,
         "freshness_p50_s": 1.5, "freshness_p99_s": 2.0, "freshness_max_s": None,
-        "retained_wal_bytes": 4096,
+        "retained_wal_bytes": 4096, "TotalNumberOfDeleteEventsSeen": 3,
     }  # fmt: skip
     text = prometheus_text(record)
     assert 'cdc_slot_retained_wal_bytes{pipeline="or\\"ders"} 4096.0' in text
     assert "# TYPE cdc_slot_retained_wal_bytes gauge" in text
+    assert 'cdc_total_number_of_delete_events_seen{pipeline="or\\"ders"} 3.0' in text
+    assert "# TYPE cdc_total_number_of_delete_events_seen counter" in text
     assert "cdc_slot_retained_wal_bytes" not in prometheus_text(
         record | {"retained_wal_bytes": None}
     )
@@ -148,7 +150,7 @@ def test_the_newest_batch_line_always_stays(tmp_path: Path) -> None:
     assert [r["batch"] for r in batch_lines_after(lake, 0)] == [3, 4]
 
 
-def test_commit_times_leave_out_a_staged_file_maintenance_removed(
+def test_staged_facts_leave_out_a_staged_file_maintenance_removed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Maintenance removes staged files bronze holds, next to a running ingest: a batch's
@@ -157,10 +159,24 @@ def test_commit_times_leave_out_a_staged_file_maintenance_removed(
     import pyarrow.parquet as pq
 
     kept, gone = tmp_path / "a.parquet", tmp_path / "b.parquet"
-    pq.write_table(pa.table({"commit_time_us": pa.array([1_000_000, 3_000_000], pa.int64())}), kept)
-    times = metrics.commit_times([kept, gone])
-    assert times.to_pylist() == [1_000_000, 3_000_000]
+    pq.write_table(pa.table({"commit_time_us": pa.array([1_000_000, 3_000_000], pa.int64()),
+                             "op": ["c", "u"]}), kept)  # fmt: skip
+    facts = metrics.staged_facts([kept, gone])
+    assert facts.commit_times_us.to_pylist() == [1_000_000, 3_000_000]
+    assert facts.ops == {"c": 1, "u": 1}
     assert f"freshness leaves out {gone}: it was removed" in caplog.text
-    fresh = metrics.Freshness.of(times, 5_000_000)
+    fresh = metrics.Freshness.of(facts.commit_times_us, 5_000_000)
     assert (fresh.max_s, fresh.newest_s) == (4.0, 2.0)
-    assert metrics.Freshness.of(metrics.commit_times([]), 5_000_000) == metrics.Freshness()
+    nothing = metrics.staged_facts([])
+    assert metrics.Freshness.of(nothing.commit_times_us, 5_000_000) == metrics.Freshness()
+    assert nothing.ops == {}
+
+
+def test_staged_facts_count_each_operation_over_the_files(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    files = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    for path, ops in zip(files, (["c", "c", "u", "m"], ["d", "u", "c", "t"]), strict=True):
+        times = pa.array(range(len(ops)), pa.int64())
+        pq.write_table(pa.table({"commit_time_us": times, "op": ops}), path)
+    assert metrics.staged_facts(files).ops == {"c": 3, "u": 2, "m": 1, "d": 1, "t": 1}
