@@ -231,7 +231,7 @@ def _pg(args: argparse.Namespace) -> int:
         found.stop()
     else:
         found.destroy()
-    print(f"{args.name}: {args.action}ed")
+    print(f"{args.name}: {'stopped' if args.action == 'stop' else 'destroyed'}")
     return EXIT_OK
 
 

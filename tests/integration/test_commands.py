@@ -108,3 +108,8 @@ def test_the_demo_command_runs_and_says_where_everything_is(
     assert f"(data {demo_home}/demo" in out
     assert f"lake       : {lake}/orders" in out
     assert "pipeline orders:" in out
+    stop = run([sys.executable, "-m", "cdc_core.cli", "pg", "stop"], env)
+    assert (stop.returncode, stop.stdout) == (0, "demo: stopped\n"), stop.stderr[-2000:]
+    status = run([sys.executable, "-m", "cdc_core.cli", "pg", "status"], env)
+    assert status.returncode == 1
+    assert status.stdout.startswith("demo: stopped on ")
