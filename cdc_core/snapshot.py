@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,11 +46,18 @@ class TableSnapshot:
     first: int | None = None  # WAL position before its first read: rows older are swept
     last: int | None = None  # read position of its last group: silver has it once the stream does
     done: bool = False
+    override: str | None = None  # the table's snapshot.select.statement.overrides SELECT
 
     @property
     def full(self) -> bool:
-        """Unfiltered: every row of the table was read, so what was not found is gone."""
+        """Read in the whole table's place (every row, or the rows the table's configured
+        SELECT returns), so what was not found is gone."""
         return self.condition is None and self.select is None
+
+    @property
+    def query(self) -> str | None:
+        """The SELECT the chunks read from instead of the table, if any."""
+        return self.select or self.override
 
     def groups(self, size: int) -> list[tuple[int, ...]]:
         """Chunk numbers per group; a table without a key is read under one snapshot."""
@@ -64,6 +71,7 @@ class TableSnapshot:
             "table": str(self.table), "plan": self.plan.to_json(), "columns": list(self.columns),
             "condition": self.condition, "select": self.select, "groups_done": self.groups_done,
             "rows": self.rows, "first": self.first, "last": self.last, "done": self.done,
+            "override": self.override,
         }  # fmt: skip
 
     @classmethod
@@ -72,7 +80,7 @@ class TableSnapshot:
             TableName.parse(str(d["table"])), ChunkPlan.from_json(d["plan"]),  # type: ignore[arg-type]
             tuple(d["columns"]), d.get("condition"), d.get("select"),  # type: ignore[arg-type]
             int(d["groups_done"]), int(d["rows"]), d.get("first"), d.get("last"),  # type: ignore[call-overload, arg-type]
-            bool(d["done"]),
+            bool(d["done"]), d.get("override"),  # type: ignore[arg-type]
         )  # fmt: skip
 
 
@@ -164,8 +172,11 @@ def plan_job(
     conn: psycopg.Connection[tuple[object, ...]], kind: Kind, origin: str,
     tables: Sequence[TableName], *, chunk_size: int,
     conditions: dict[TableName, str] | None = None, surrogate_key: str | None = None,
+    overrides: Callable[[TableName], str | None] | None = None,
 ) -> SnapshotJob:  # fmt: skip
-    """Plan every table's chunks now (the plan is kept with the job)."""
+    """Plan every table's chunks now (the plan is kept with the job). `overrides` gives the
+    SELECT a table without a condition reads instead of its rows (a snapshot taking the whole
+    table's place: snapshot.select.statement.overrides)."""
     job = SnapshotJob(
         f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}", kind, origin
     )
@@ -174,9 +185,10 @@ def plan_job(
         key = [surrogate_key] if surrogate_key else None
         plan = plan_chunks(conn, table, key=key, chunk_size=chunk_size)
         columns = _columns(conn, table)
-        if condition and kind == "blocking" and not plan.key:  # a query's rows have no ctid:
-            plan = dataclasses.replace(plan, chunks=(Chunk(0, None, None),))  # one chunk
-        part = TableSnapshot(table, plan, columns)
+        override = overrides(table) if overrides and not condition else None
+        if (override or (condition and kind == "blocking")) and not plan.key:
+            plan = dataclasses.replace(plan, chunks=(Chunk(0, None, None),))  # no ctid: one chunk
+        part = TableSnapshot(table, plan, columns, override=override)
         if condition and kind == "blocking":
             part.select = condition
         elif condition:

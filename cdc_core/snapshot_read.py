@@ -577,7 +577,7 @@ def read_jobs(
                 notify.job(job, NotificationType.STARTED)  # again if a run dies before a group
             group = GroupRead(
                 job.id, job.kind, pipeline, database, part.table, part.plan,
-                tuple(by_number[c] for c in groups[n]), n, part.condition, part.select, fetch_size,
+                tuple(by_number[c] for c in groups[n]), n, part.condition, part.query, fetch_size,
                 keys=keys, rules=rules, skipped=skipped,
             )  # fmt: skip
             try:

@@ -230,13 +230,14 @@ def _plan(
     unfinished_initial = any(j.kind == "initial" and not j.finished for j in jobs)
     if decision.snapshot and not unfinished_initial:
         origin = f"snapshot.mode {settings.mode}"
-        jobs.append(
-            _save(lake, plan_job(conn, "initial", origin, first, chunk_size=settings.chunk_size))
-        )
+        job = plan_job(conn, "initial", origin, first, chunk_size=settings.chunk_size,
+                       overrides=settings.select_for)  # fmt: skip
+        jobs.append(_save(lake, job))
     known = set(read_json(known_tables_file(lake)) or [])
     new = [t for t in first if str(t) not in known]
     if new and state.stored_position and decision.stream and settings.mode != "no_data":
-        job = plan_job(conn, "incremental", "new tables", new, chunk_size=settings.chunk_size)
+        job = plan_job(conn, "incremental", "new tables", new, chunk_size=settings.chunk_size,
+                       overrides=settings.select_for)  # fmt: skip
         jobs.append(_save(lake, job))
     write_json(known_tables_file(lake), sorted(str(t) for t in tables))
     if decision.stream:  # signals arrive through the stream's source, as in Debezium
@@ -262,7 +263,7 @@ def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[Sn
                     ", ".join(str(d.table) for d in found))  # fmt: skip
     elif found:
         job = plan_job(conn, "incremental", "schema change", [d.table for d in found],
-                       chunk_size=settings.chunk_size)  # fmt: skip
+                       chunk_size=settings.chunk_size, overrides=settings.select_for)  # fmt: skip
         planned.append(_save(lake, job))
     return planned
 
@@ -375,6 +376,7 @@ def _carry_out(
             conn, signal.kind, f"signal {row.id}", signal.tables,
             chunk_size=config.pipeline.snapshot.chunk_size,
             conditions=dict(signal.conditions), surrogate_key=signal.surrogate_key,
+            overrides=config.pipeline.snapshot.select_for if signal.kind == "blocking" else None,
         )  # fmt: skip
         job.signal = row.key
         return _save(lake, job)
@@ -450,8 +452,10 @@ def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
         conditions = {table: where} if where is not None else None
         if conditions is None:
             _rebuild_if_dropped(conn, config, lake, table)
+        settings = config.pipeline.snapshot
+        overrides = settings.select_for if kind == "blocking" else None
         job = plan_job(conn, kind, "cdc snapshot", [table], conditions=conditions,  # type: ignore[arg-type]
-                       chunk_size=config.pipeline.snapshot.chunk_size)  # fmt: skip
+                       chunk_size=settings.chunk_size, overrides=overrides)  # fmt: skip
         planned.append(_save(lake, job))
         path.unlink()
     return planned

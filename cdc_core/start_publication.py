@@ -69,9 +69,9 @@ def left_publication(
         )  # fmt: skip
     if not plan:
         return []
-    return [
-        plan_job(conn, "incremental", "publication", left + back, chunk_size=settings.chunk_size)
-    ]
+    job = plan_job(conn, "incremental", "publication", left + back,
+                   chunk_size=settings.chunk_size, overrides=settings.select_for)  # fmt: skip
+    return [job]
 
 
 def _put_back(

@@ -253,7 +253,14 @@ def _compare(
     silver_columns, source_columns, report.not_compared = _columns(config, run.shape, live)
     run.names = tuple(c.name for c in silver_columns)
     key = run.shape.key
-    ours = SourceTable(conn, run.table, source_columns, key)
+    select = config.pipeline.snapshot.select_for(run.table)
+    if select:
+        report.not_compared.append(
+            "the source side is what snapshot.select.statement.overrides selects; rows silver "
+            "holds that it does not select are not counted (a change since the snapshot brings "
+            "any row in)"
+        )
+    ours = SourceTable(conn, run.table, source_columns, key, select=select)
     theirs = SilverTable(read_version(spark, lake.silver(run.table), run.pin), silver_columns, key,
                          soft_delete=silver_settings(config).soft_delete)  # fmt: skip
     try:
@@ -267,6 +274,9 @@ def _compare(
             if report.exact:
                 report.mismatching = sum(d.copies for d in still)
             run.diffs = still
+        if select:  # rows outside the SELECT came in with a change: not differences
+            run.diffs = [d for d in run.diffs if d.kind != "extra"]
+            report.mismatching = sum(d.copies for d in run.diffs)
     finally:
         theirs.close()
 

@@ -218,10 +218,16 @@ class SourceTable:
     """One source table inside an open snapshot: a `Side` of the comparison."""
 
     def __init__(
-        self, conn: Conn, table: TableName, columns: Sequence[SourceColumn], key: Sequence[str]
-    ) -> None:
+        self, conn: Conn, table: TableName, columns: Sequence[SourceColumn], key: Sequence[str],
+        *, select: str | None = None,
+    ) -> None:  # fmt: skip
+        """`select`: the rows are those this SELECT returns, not the table's."""
         self.conn = conn
-        self.name = own_rows(conn, table)
+        self.name: sql.Composable = (
+            sql.SQL("({}) AS cdc_selected").format(sql.SQL(select))
+            if select
+            else own_rows(conn, table)
+        )
         self.columns = tuple(columns)
         self.key = tuple(key)
         at = {c.name: i for i, c in enumerate(self.columns)}

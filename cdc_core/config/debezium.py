@@ -33,7 +33,9 @@ _CONNECTOR_ALIASES = (POSTGRES_CONNECTOR, "PostgresConnector", "Postgres")  # Ka
 _CHANNEL_PROPS = ("signal.enabled.channels", "notification.enabled.channels")
 _SECRETS = ("database.password", "database.sslpassword")  # never written, whatever they hold
 DEBEZIUM_SLOT, DEBEZIUM_PUBLICATION = "debezium", "dbz_publication"  # Debezium's defaults
-_CONVERTED = frozenset({"database.password", "snapshot.mode", "table.include.list"})
+_OVERRIDES = "snapshot.select.statement.overrides"
+_CONVERTED = frozenset({"database.password", "snapshot.mode", "table.include.list",
+                        _OVERRIDES})  # fmt: skip
 _DSN_PARAMS = {"database.sslmode": "sslmode", "database.sslcert": "sslcert",
                "database.sslkey": "sslkey", "database.sslrootcert": "sslrootcert"}  # fmt: skip
 _DSN_PROPS = frozenset({"database.hostname", "database.port", "database.user",
@@ -96,7 +98,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "snapshot.lock.timeout.ms": "",
     "snapshot.delay.ms": "schedule the run later instead",
     "streaming.delay.ms": "",
-    "snapshot.select.statement.overrides": "use cdc snapshot --where for a partial re-read",
     "snapshot.tables.order.by.row.count": "",
     "snapshot.new.tables": "a table added to source.tables is snapshotted by itself",
     "event.processing.failure.handling.mode": "a change that cannot be decoded stops the run",
@@ -118,7 +119,7 @@ UNSUPPORTED: Mapping[str, str] = {
     "lsn.flush.timeout.action": "",
     "post.processors": "",
 }
-_UNSUPPORTED_PREFIXES = ("snapshot.select.statement.overrides.", "driver.",
+_UNSUPPORTED_PREFIXES = ("driver.",
                          "snapshot.mode.configuration.based.", "guardrail.",
                          "post.processors.")  # fmt: skip
 
@@ -206,6 +207,7 @@ def translate(props: Mapping[str, str], shown: str, name: str | None = None) -> 
     if "plugin.name" in props:
         out.mapped.append(("plugin.name", "pgoutput, the only plug-in decoded here"))
     _name_props(props, out, name_prop, done)
+    _select_overrides(props, out, done, shown)
     _carry(props, out, done, shown)
     _defaults_that_differ(props, out)
     out.data["target"] = {"root": f"${{LAKE_ROOT:-./lake}}/{out.name}"}
@@ -337,6 +339,40 @@ def _tables(props: Mapping[str, str], source: dict[str, Any], out: Imported, sho
         "never does by default; name the tables (table.include.list) or the "
         "schemas (schema.include.list) to capture, e.g. schema.include.list=public",
     )
+
+
+def _select_overrides(props: Mapping[str, str], out: Imported, done: set[str], shown: str) -> None:
+    """`snapshot.select.statement.overrides` (the tables) and one
+    `snapshot.select.statement.overrides.<schema>.<table>` per table (its SELECT) become
+    `snapshot.select.statement.overrides`, a SELECT per table. As in Debezium, a statement for
+    a table the list leaves out is not used."""
+    listed = [t.strip() for t in props.get(_OVERRIDES, "").split(",") if t.strip()]
+    statements = {
+        prop[len(_OVERRIDES) + 1 :]: prop for prop in props if prop.startswith(f"{_OVERRIDES}.")
+    }
+    if not listed and not statements:
+        return
+    chosen = {}
+    for table in listed:
+        prop = statements.get(table)
+        if prop is None or not props[prop].strip():
+            raise ConfigError(shown, f"{_OVERRIDES}.{table}",
+                              f"{_OVERRIDES} lists {table}, but {_OVERRIDES}.{table} (its "
+                              "SELECT) is missing or empty")  # fmt: skip
+        chosen[table] = props[prop].strip()
+    if chosen:
+        snapshot = out.data["snapshot"]
+        assert isinstance(snapshot, dict)
+        snapshot["select.statement.overrides"] = chosen
+        used = ", ".join([_OVERRIDES, *(statements[t] for t in chosen)])
+        out.mapped.append((used, "snapshot.select.statement.overrides"))
+    unused = [prop for table, prop in statements.items() if table not in chosen]
+    if unused:
+        why = f"a SELECT for a table {_OVERRIDES} does not list (Debezium does not use it)"
+        out.ignored.setdefault(why, []).extend(unused)
+    if not chosen and _OVERRIDES in props:
+        out.mapped.append((_OVERRIDES, "its default (no table)"))
+    done |= {_OVERRIDES, *statements.values()}
 
 
 def _carry(props: Mapping[str, str], out: Imported, done: set[str], shown: str) -> None:

@@ -798,7 +798,33 @@ class SnapshotConfig:
                       debezium="snapshot.include.collection.list", example="public.orders"),
     )  # fmt: skip
 
+    select_statement_overrides: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}),
+        metadata=meta("per table (schema.table), the SELECT a table's snapshots read instead "
+                      "of the whole table: the initial one (and always, when_needed), a "
+                      "later-added or recreated table's first one, and blocking snapshots "
+                      "(a signal's additional-conditions win). It must return every captured "
+                      "column by name; it is read in chunks by the key. Incremental snapshots "
+                      "asked for by signal or cdc snapshot read the table, as in Debezium; "
+                      "changes always stream for every row",
+                      key="select.statement.overrides",
+                      debezium="snapshot.select.statement.overrides.<schema>.<table>"),
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
+        overrides: set[TableName] = set()
+        for key, query in self.select_statement_overrides.items():
+            where = f"select.statement.overrides.{key}"
+            try:
+                table = TableName.parse(key)
+            except ValueError as e:
+                raise FieldError(where, f"{e} (the key names a table: schema.table)") from e
+            if table in overrides:
+                raise FieldError(where, f"{table} has two SELECT statements")
+            if not _SELECT.match(query):
+                raise FieldError(where, f"{query.strip()[:80]!r} is not a SELECT statement "
+                                 "(write SELECT ... FROM ...)")  # fmt: skip
+            overrides.add(table)
         for key, value in (("chunk.size", self.chunk_size), ("max.threads", self.max_threads),
                            ("fetch.size", self.fetch_size)):  # fmt: skip
             if value < 1:
@@ -807,6 +833,13 @@ class SnapshotConfig:
             raise FieldError("signal.file", "the path is empty (Debezium's default: "
                              "file-signals.txt, next to the pipeline file)")  # fmt: skip
         object.__setattr__(self, "signal_file", os.path.expanduser(self.signal_file.strip()))
+
+    def select_for(self, table: TableName) -> str | None:
+        """The SELECT `table`'s whole-table snapshots read (select.statement.overrides)."""
+        for key, value in self.select_statement_overrides.items():
+            if TableName.parse(key) == table:
+                return value.strip().rstrip(";").rstrip()
+        return None
 
     def reads_first(self, table: TableName) -> bool:
         """Whether the initial snapshot (or a later-added table's first one) reads `table`."""
@@ -860,6 +893,8 @@ class TargetConfig:
         object.__setattr__(self, "root", root.rstrip("/") or "/")
 
 
+_SELECT = re.compile(r"\s*(\(\s*)*(SELECT|WITH|VALUES|TABLE)\b", re.IGNORECASE)
+"""The start of a query that returns rows (a statement override is read as a subquery)."""
 _URI = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):(?=/)(//)?")
 """A URI: its scheme, then `:/` or `://` (`dbfs:/x`, `s3a://x`, `file:///x`); `./x:/y`,
 `/x:/y` and `x:y` are paths."""
@@ -1130,6 +1165,14 @@ class PipelineConfig:
                     "snapshot.include.collection.list",
                     f"{pattern!r} matches none of the captured tables ({', '.join(captured)}): "
                     "it names tables by schema.table, among source.tables",
+                )
+        for key in self.snapshot.select_statement_overrides:
+            table = TableName.parse(key)
+            if table not in self.source.tables:
+                raise FieldError(
+                    f"snapshot.select.statement.overrides.{key}",
+                    f"{table} is not captured by this pipeline (it captures "
+                    f"{', '.join(captured)}){suggest(str(table), captured)}",
                 )
         for i, expectation in enumerate(self.validate.expectations):
             if expectation.table not in self.source.tables:

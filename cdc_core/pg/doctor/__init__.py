@@ -60,7 +60,11 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
             slot=catalog.slot_info(conn, source.slot),
             signal_table=config.pipeline.snapshot.signal_data_collection,
             publication=catalog.publication_info(conn, source.publication),
-        )
+            selects={
+                t: query for t in source.tables
+                if (query := config.pipeline.snapshot.select_for(t)) is not None
+            },
+        )  # fmt: skip
     except psycopg.Error as e:
         detail = f"connected, but cannot read the catalog: {error_reason(e)}"
         failed = Check("connect", "fail", detail)

@@ -3,7 +3,8 @@ names and statements, quoted the way the product's own queries quote them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from psycopg import sql
 
@@ -31,6 +32,8 @@ class Context:
     slot: catalog.SlotInfo | None
     signal_table: TableName | None
     publication: catalog.PublicationInfo | None
+    selects: Mapping[TableName, str] = field(default_factory=dict)
+    """snapshot.select.statement.overrides: the SELECT a table's whole-table snapshots read."""
 
     def render(self, template: str, *parts: sql.Composable) -> str:
         """A fix statement, composed like the queries so identifiers are quoted the same way."""

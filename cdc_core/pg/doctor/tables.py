@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import difflib
 
+import psycopg
 from psycopg import sql
 
 from cdc_core.columns import SILVER_OWN, ColumnRules
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import TableInfo
-from cdc_core.pg.doctor.context import Context, quoted, table_id
+from cdc_core.pg.doctor.context import Context, error_reason, quoted, table_id
 from cdc_core.pg.doctor.report import Check
 from cdc_core.signals import signal_table_ddl
 
@@ -40,7 +41,39 @@ def tables(ctx: Context) -> list[Check]:
             checks.append(Check(f"table {t}", "fail", detail, "\n".join(fixes)))
         else:
             checks.append(Check(f"table {t}", "pass", f"{info.kind} table, SELECT granted"))
+            if t in ctx.selects:
+                checks.append(_snapshot_select(ctx, t, info, ctx.selects[t], rules))
     return checks
+
+
+def _snapshot_select(
+    ctx: Context, t: TableName, info: TableInfo, query: str, rules: ColumnRules
+) -> Check:
+    """Whether the table's snapshot.select.statement.overrides SELECT runs (planned and asked
+    for no row, read-only) and returns every column a snapshot of the table reads, by name."""
+    name = f"snapshot select {t}"
+    where = f"{ctx.pipeline_file}: snapshot.select.statement.overrides.{t.qualified}"
+    try:
+        with ctx.conn.transaction():
+            ctx.conn.execute("SET TRANSACTION READ ONLY")
+            cursor = ctx.conn.execute(f"SELECT * FROM ({query}) AS cdc_selected LIMIT 0")
+            returned = [d.name for d in cursor.description or ()]
+    except psycopg.Error as e:
+        return Check(name, "fail", f"the SELECT does not run: {error_reason(e)}",
+                     f"correct the SELECT in {where}")  # fmt: skip
+    identity = set(info.primary_key) | set(info.identity_columns)
+    read = [c for c in info.columns if c in identity or rules.keeps(t, c)]
+    missing = [c for c in read if c not in returned]
+    twice = sorted({c for c in returned if returned.count(c) > 1 and c in read})
+    if missing or twice:
+        detail = "; ".join(
+            ([f"it returns no column {', '.join(map(quoted, missing))}"] if missing else [])
+            + ([f"it returns {', '.join(map(quoted, twice))} twice"] if twice else [])
+        )
+        fix = (f"return every column a snapshot reads, by name ({', '.join(read)}), once: "
+               f"{where}")  # fmt: skip
+        return Check(name, "fail", detail, fix)
+    return Check(name, "pass", f"returns the {len(read)} columns a snapshot reads")
 
 
 def column_clashes(t: TableName, info: TableInfo, rules: ColumnRules) -> dict[str, str]:
