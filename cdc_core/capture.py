@@ -42,7 +42,7 @@ from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budge
 from cdc_core.stager import Limits, StagedFile, Stager, XidFloor
 from cdc_core.start import slot_missing
 from cdc_core.state import catalog_file, heartbeat_file, read_json, record_confirmed, write_json
-from cdc_core.transient import transient_failures
+from cdc_core.transient import as_transient, transient_failures
 
 log = logging.getLogger("cdc_core.capture")
 
@@ -107,6 +107,9 @@ def heartbeat(config: Config, lake: Lake, *, now_ms: int | None = None) -> bool:
             try:
                 conn.execute(source.heartbeat_action_query.encode())
             except psycopg.Error as e:
+                passing = as_transient(e)  # a lock or a busy server past source.query_timeout_s
+                if passing is not None:
+                    raise TransientError(f"source.heartbeat.action.query: {passing}") from e
                 raise TerminalError(
                     f"{config.pipeline_file}: source.heartbeat.action.query failed: "
                     f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
@@ -348,7 +351,7 @@ def _settle_confirmation(config: Config, lake: Lake, target: Lsn, timeout_s: flo
     """Make sure the slot really is confirmed at `target` once the walsender has gone."""
     source = config.pipeline.source
     deadline = time.monotonic() + timeout_s
-    with connect(source.dsn) as conn:
+    with connect(source.dsn, bounded=False) as conn:  # an advance decodes its whole range
         while True:
             state = slot_state(conn, source.slot)
             if state is None or state.confirmed_flush >= target:

@@ -101,6 +101,7 @@ class Totals:
     events: int = 0
     transactions: int = 0
     ops: dict[str, int] = field(default_factory=dict)  # changes per envelope op
+    snapshot_completed: bool = False  # a snapshot read to its end since, and none begun after
     batches: int = 0
     table_flushed: float | None = None  # monotonic time of the last metrics-table append
 
@@ -168,6 +169,8 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
     ("cdc_total_number_of_delete_events_seen", "TotalNumberOfDeleteEventsSeen", "counter",
      "deletes staged by this process"),
     ("cdc_snapshot_running", "SnapshotRunning", "gauge", "1 while a snapshot is being read"),
+    ("cdc_snapshot_completed", "SnapshotCompleted", "gauge",
+     "1 once this process has read a snapshot to its end (0 again while a new one runs)"),
     ("cdc_snapshot_paused", "SnapshotPaused", "gauge",
      "1 while an incremental snapshot is paused (pause-snapshot signal)"),
     ("cdc_snapshot_paused_duration_in_seconds", "SnapshotPausedDurationInSeconds", "gauge",
@@ -229,7 +232,7 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("RowsScanned", "bigint"), ("errors", "array<string>"), ("SnapshotPaused", "boolean"),
     ("SnapshotPausedDurationInSeconds", "bigint"), ("retained_wal_bytes", "bigint"),
     ("TotalNumberOfCreateEventsSeen", "bigint"), ("TotalNumberOfUpdateEventsSeen", "bigint"),
-    ("TotalNumberOfDeleteEventsSeen", "bigint"),
+    ("TotalNumberOfDeleteEventsSeen", "bigint"), ("SnapshotCompleted", "boolean"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
 METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds

@@ -411,6 +411,9 @@ def _record(
     totals.transactions += transactions
     for op, n in ops.items():
         totals.ops[op] = totals.ops.get(op, 0) + n
+    left = {p.table.qualified for j in snapshots if not j.stopped for p in j.tables if not p.done}
+    if snapshots:  # Debezium's: true once this process has read a snapshot to its end
+        totals.snapshot_completed = not (left - set(summary.snapshots_finished))
     previous = last_batch(lake)
     number = int(previous.get("batch", 0)) + 1 if previous else 1
     record = {
@@ -430,6 +433,7 @@ def _record(
         "NumberOfCommittedTransactions": totals.transactions,
         **{name: totals.ops.get(op, 0) for op, name in OP_COUNTERS},
         "SnapshotRunning": bool(snapshots), "RowsScanned": summary.snapshot_rows,
+        "SnapshotCompleted": totals.snapshot_completed,
         "errors": [t.error for t in summary.silver if t.error],
         "retained_wal_bytes": retained_wal,
         "SnapshotPaused": any(j.paused for j in snapshots),

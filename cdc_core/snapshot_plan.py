@@ -15,7 +15,7 @@ from psycopg.rows import TupleRow, tuple_row
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
-from cdc_core.pg.connect import VALUE_SETTINGS
+from cdc_core.pg.connect import VALUE_SETTINGS, unbounded
 
 Bound = tuple[str | None, ...] | None
 
@@ -213,6 +213,13 @@ def plan_chunks(
     from `connect(values=True)`, so that the text casts back to the same value anywhere."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, not {chunk_size}")
+    with unbounded(conn):  # a big table's sample or count scans it: as long as it is big
+        return _plan(conn, table, key, chunk_size)
+
+
+def _plan(
+    conn: psycopg.Connection[Any], table: TableName, key: Sequence[str] | None, chunk_size: int
+) -> ChunkPlan:
     info = catalog.table_info(conn, [table])[table]
     if info is None:
         raise TerminalError(f"cannot plan a snapshot of {table}: no such table")

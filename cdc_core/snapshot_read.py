@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import sys
 import time
 import unicodedata
@@ -104,6 +105,8 @@ def jdbc_target(dsn: Dsn, info: psycopg.ConnectionInfo | None = None) -> tuple[s
     for key in ("password", "sslmode", "sslrootcert", "sslcert", "sslkey"):
         if params.get(key):
             props[key] = str(params[key])
+    if dsn.query_timeout_s > 0:  # Spark sets it on each chunk's statement: the driver cancels it
+        props["queryTimeout"] = str(math.ceil(dsn.query_timeout_s))  # whole seconds, 0 is none
     return url, props
 
 

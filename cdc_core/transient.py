@@ -1,6 +1,7 @@
 """Which source failures may pass by themselves: psycopg and Spark JDBC errors as `TransientError`.
 
-A lost connection, a server shutdown or restart, a statement cancelled by `statement_timeout`, a
+A lost connection, a server shutdown or restart, a statement cancelled by `statement_timeout`
+(`source.query_timeout_s`: what made it slow, a lock or a busy server, usually passes), a
 lock not granted within `lock_timeout`, a Delta commit that lost to a concurrent writer of the
 same table (`jobs/maintain.py`'s OPTIMIZE, say): retrying later is safe and may succeed (exit
 75): a commit that lost wrote nothing, and every stage redoes its work idempotently. They
@@ -23,8 +24,9 @@ from cdc_core.errors import CdcError, TransientError, text_of
 # SQLState (or its class, two characters) -> what it means for whoever reads the error line
 _TRANSIENT = {
     "08": "the connection to PostgreSQL was lost",
-    "57014": "a statement was cancelled by statement_timeout or a cancel request (a lock held "
-    "by another session, or a busy server)",
+    "57014": "a query on the source ran past source.query_timeout_s (or was cancelled by a cancel "
+    "request): a lock another session holds, or a busy server, may be why; if the query is merely "
+    "slow, raise source.query_timeout_s (0: no limit)",
     "55P03": "a lock was not granted within lock_timeout (another session holds it)",
     "57P01": "the server is shutting down, or an administrator ended the session",
     "57P02": "the server crashed and is restarting",

@@ -358,7 +358,7 @@ def uncaptured_changes(
     ingest is reading it: it is never taken from a running pipeline) or missing."""
     name = '"' + publication.replace('"', '""') + '"'  # one identifier, as pgoutput parses it
     try:
-        with connect(dsn) as conn:
+        with connect(dsn, bounded=False) as conn:  # cdc validate's reads are as big as the data
             row = conn.execute(_UNCAPTURED, (slot, str(upto), name, table_oid)).fetchone()
     except (psycopg.errors.ObjectInUse, psycopg.errors.UndefinedObject):
         return None
@@ -369,7 +369,7 @@ def uncaptured_changes(
 def source_snapshot(dsn: Dsn, slot: str) -> Iterator[tuple[Conn, Snapshot]]:
     """A REPEATABLE READ, READ ONLY transaction with the product's value settings, and where
     its snapshot stands; the transaction ends (rolled back: it wrote nothing) on exit."""
-    conn = connect(dsn, autocommit=False, values=True)
+    conn = connect(dsn, autocommit=False, values=True, bounded=False)  # whole tables
     try:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True

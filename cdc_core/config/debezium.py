@@ -51,6 +51,7 @@ _LEGACY = {  # Debezium 1.x names and their successors
 }  # fmt: skip
 _DEBEZIUM_DEFAULTS = {"skipped.operations": "t", "interval.handling.mode": "numeric",
                       "publication.autocreate.mode": "all_tables"}  # fmt: skip
+_MILLISECONDS = frozenset({"database.query.timeout.ms"})  # Debezium's ms, this product's seconds
 _LEGACY_SNAPSHOT_MODES = {"schema_only": "no_data", "exported": "initial"}  # renamed, removed
 _PLAIN_TABLE = re.compile(r"[a-z_][a-z0-9_]*\\?\.[a-z_][a-z0-9_]*")
 _PROVIDER = re.compile(r"\$\{[^}:]*:[^}]*\}")  # a Kafka Connect config provider: ${file:path:key}
@@ -84,7 +85,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "slot.retry.delay.ms": "see capture.retry_backoff_s",
     "skip.messages.without.change": "",
     "database.initial.statements": "",
-    "database.query.timeout.ms": "",
     "database.autosave": "",
     "status.update.interval.ms": "standby status updates are sent as the stream needs them",
     "include.unknown.datatypes": "",
@@ -443,11 +443,17 @@ def _kafka_reason(prop: str) -> str | None:
 
 
 def _value(prop: str, value: str, target: Target, out: Imported, shown: str) -> Any:
-    """A property's text as the YAML value of its key: numbers and booleans typed, snapshot
-    modes renamed, `$` kept literal (the loader reads `${VAR}` and `$$`)."""
+    """A property's text as the YAML value of its key: numbers and booleans typed, milliseconds
+    as seconds, snapshot modes renamed, `$` kept literal (the loader reads `${VAR}` and `$$`)."""
     text = value.strip()
     if prop == "snapshot.mode":
         return _snapshot_mode(text, out, shown)
+    if prop in _MILLISECONDS and re.fullmatch(r"-?\d+", text):
+        if int(text) < 0:
+            raise ConfigError(shown, prop, f"{text} is negative: give the milliseconds, or 0 "
+                              "for no limit (as Debezium takes it)")  # fmt: skip
+        seconds = int(text) / 1000
+        return int(seconds) if seconds.is_integer() else seconds
     if target.tp is int and re.fullmatch(r"-?\d+", text):
         return int(text)
     if target.tp is bool and text.lower() in ("true", "false"):

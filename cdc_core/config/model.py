@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 import string
@@ -45,6 +46,9 @@ class Dsn:
     """A libpq connection string; prints without its password."""
 
     conninfo: str = field(repr=False)
+    query_timeout_s: float = 0.0
+    """`source.query_timeout_s` (0: no limit), which `connect` sets as `statement_timeout` on the
+    product's sessions from this string; the pipeline's loader puts it here."""
 
     @classmethod
     def parse(cls, text: str) -> Dsn:
@@ -77,9 +81,11 @@ class Dsn:
         """The same connection string with `password` added (quoted as libpq reads it)."""
         if "://" in self.conninfo:
             sep = "&" if "?" in self.conninfo else "?"
-            return Dsn(f"{self.conninfo}{sep}password={quote(password, safe='')}")
-        escaped = password.replace("\\", "\\\\").replace("'", "\\'")
-        return Dsn(f"{self.conninfo} password='{escaped}'")
+            added = f"{self.conninfo}{sep}password={quote(password, safe='')}"
+        else:
+            escaped = password.replace("\\", "\\\\").replace("'", "\\'")
+            added = f"{self.conninfo} password='{escaped}'"
+        return dataclasses.replace(self, conninfo=added)
 
     @staticmethod
     def check_written(written: str) -> str | None:
@@ -532,6 +538,16 @@ class SourceConfig:
                       "database; 0: never", key="heartbeat.interval.ms",
                       debezium="heartbeat.interval.ms"),
     )  # fmt: skip
+    query_timeout_s: float = field(
+        default=600.0,
+        metadata=meta("seconds a query of the product's on the source may run before the server "
+                      "cancels it (statement_timeout; the JDBC queryTimeout of snapshot chunk "
+                      "reads, rounded up to whole seconds); a cancelled query fails the run as "
+                      "transient (exit 75) naming this key. Not applied to reading the slot "
+                      "(the replication stream, source.reader sql's peeks and advances), "
+                      "creating the slot, planning a snapshot's chunks or cdc validate; 0: no "
+                      "limit", debezium="database.query.timeout.ms"),
+    )  # fmt: skip
     retained_wal_warn: ByteSize = field(
         default=ByteSize(1 << 30),
         metadata=meta("WAL the server keeps for the slot (current WAL position less the "
@@ -627,6 +643,15 @@ class SourceConfig:
                 "notification.sink.topic.name",
                 f"{topic!r} is not a topic name (letters, digits, '.', '_' and '-', at most 249)",
             )
+        if self.query_timeout_s < 0:
+            raise FieldError(
+                "query_timeout_s",
+                f"{self.query_timeout_s} is negative: give the seconds a query may run, "
+                "or 0 for no limit",
+            )
+        object.__setattr__(
+            self, "dsn", dataclasses.replace(self.dsn, query_timeout_s=self.query_timeout_s)
+        )
         if self.heartbeat_interval_ms < 0:
             raise FieldError("heartbeat.interval.ms", f"{self.heartbeat_interval_ms} is negative")
         if self.retained_wal_fail and self.retained_wal_fail <= self.retained_wal_warn:

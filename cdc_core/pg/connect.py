@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
+from collections.abc import Iterator
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 
 from cdc_core.config import Dsn
 from cdc_core.errors import LoginError, TerminalError, TransientError
@@ -63,11 +67,28 @@ def refusal(message: str) -> str | None:
     return None
 
 
+def statement_timeout(seconds: float) -> str:
+    """`source.query_timeout_s` as PostgreSQL's `statement_timeout` (whole milliseconds, rounded
+    up: a limit never rounds to 0, which means none)."""
+    return str(math.ceil(seconds * 1000)) if seconds > 0 else "0"
+
+
 def connect(
-    dsn: Dsn, *, autocommit: bool = True, replication: bool = False, values: bool = False
+    dsn: Dsn,
+    *,
+    autocommit: bool = True,
+    replication: bool = False,
+    values: bool = False,
+    bounded: bool = True,
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection; `replication=True` opens a logical replication (walsender) session,
     `values=True` a session that formats values with `VALUE_SETTINGS` (replication implies it).
+
+    A regular session's statements are bounded by `source.query_timeout_s`
+    (`dsn.query_timeout_s`, as `statement_timeout`; it wins over a role's or a database's);
+    `bounded=False` is a session whose statements may rightly run long (reading or advancing
+    the slot, cdc validate's whole-table reads), which then has no limit. A replication session
+    is left as it was: the stream is never cancelled by a timeout.
 
     A server that cannot be reached is a `TransientError` (it may be restarting), one that
     refuses the login for good (`REFUSALS`) a `LoginError`; the message shows the connection
@@ -77,6 +98,9 @@ def connect(
     try:
         own = conninfo_to_dict(dsn.conninfo).get("options")  # the source's own, kept first
         ours = VALUE_OPTIONS if replication or values else SESSION_OPTIONS
+        if not replication:
+            limit = statement_timeout(dsn.query_timeout_s if bounded else 0)
+            ours += f" -c statement_timeout={limit}"
         conninfo = make_conninfo(
             dsn.conninfo,
             application_name=APPLICATION_NAME,
@@ -106,3 +130,16 @@ def malformed(e: psycopg.ProgrammingError) -> str:
         "(postgresql://user@host:5432/db) or key=value pairs, quoting values with spaces "
         "in single quotes"
     )
+
+
+@contextlib.contextmanager
+def unbounded(conn: psycopg.Connection[tuple[object, ...]]) -> Iterator[None]:
+    """Lift `source.query_timeout_s` on `conn` for statements that may rightly run long (creating
+    the slot waits for every running transaction; planning a big table's chunks scans it), then
+    set it back (a session still usable; a transaction that failed undoes the SET by itself)."""
+    conn.execute("SET statement_timeout = 0")
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status in (TransactionStatus.IDLE, TransactionStatus.INTRANS):
+            conn.execute("RESET statement_timeout")  # the session's own: connect's limit

@@ -246,10 +246,11 @@ class SqlSource:
         self.peeks = 0
 
     def open(self, start: Lsn) -> None:
-        self.conn = connect(self.dsn, autocommit=True, values=True)
         # A peek returns whole transactions, so it takes as long as the largest one takes to
-        # decode: a role's statement_timeout would cancel the same peek on every run.
-        self.conn.execute("SET statement_timeout = 0")
+        # decode, and an advance decodes its whole range: source.query_timeout_s (or a role's
+        # statement_timeout) would cancel the same peek on every run. The stream reader's
+        # walsender has no limit either.
+        self.conn = connect(self.dsn, autocommit=True, values=True, bounded=False)
         state = slot_state(self.conn, self.slot)
         if state is None:
             raise TerminalError(f"replication slot {self.slot!r} does not exist")

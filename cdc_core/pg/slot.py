@@ -15,6 +15,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection
+from cdc_core.pg.connect import unbounded
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
 PLUGIN = "pgoutput"
@@ -192,7 +193,8 @@ def ensure_slot(conn: Connection, name: str) -> SlotState:
     Only a run's start creates it (`cdc_core.start`): what reads it later uses `usable_slot`."""
     if catalog.slot_info(conn, name) is None:
         # created concurrently: it is checked below like any existing slot
-        with contextlib.suppress(psycopg.errors.DuplicateObject):
+        # the server waits for every transaction running to end, however long that takes
+        with contextlib.suppress(psycopg.errors.DuplicateObject), unbounded(conn):
             conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (name, PLUGIN))
     state = usable_slot(conn, name)
     assert state is not None

@@ -187,29 +187,32 @@ def _snapshot_reader_holds_its_lock(dsn: str) -> bool:
     return row is not None and row[0] > 0
 
 
-def test_a_statement_timeout_exits_75_and_the_next_run_resumes(
+def test_a_query_past_source_query_timeout_exits_75_naming_it_and_the_next_run_resumes(
     dsn: str, tmp_path: Path, spark: SparkSession
 ) -> None:
     sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
         "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 5000) g")  # fmt: skip
-    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial",
+                      source_extra="query_timeout_s: 2\n")  # fmt: skip
     database = conninfo_to_dict(dsn)["dbname"]
-    sql(dsn, f"ALTER ROLE {ROLE} IN DATABASE {database} SET statement_timeout = '2s'")
+    # source.query_timeout_s, not the role's statement_timeout, bounds the product's queries
+    sql(dsn, f"ALTER ROLE {ROLE} IN DATABASE {database} SET statement_timeout = '1h'")
 
     # a long ALTER TABLE (say) holds the table when the run starts: the run's first statement
-    # that needs it (psycopg: publication set-up, snapshot planning) waits until
-    # statement_timeout cancels it
+    # that needs it (psycopg: the publication's set-up) waits until source.query_timeout_s
+    # (statement_timeout) cancels it
     with psycopg.connect(dsn) as holder:
         holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
         held = p.ingest()
         holder.rollback()
     assert held.returncode == 75, held.stderr[-3000:]
     line = _one_error_line(held)
-    assert "a statement was cancelled by statement_timeout" in line
+    assert "a query on the source ran past source.query_timeout_s" in line
     assert "canceling statement due to statement timeout [SQLSTATE 57014]" in line
 
     # the lock is asked for once the read holds its own: it queues behind the read, and Spark's
-    # JDBC sessions queue behind it until statement_timeout cancels them
+    # JDBC sessions queue behind it until their queryTimeout (source.query_timeout_s rounded up)
+    # has the driver cancel them
     proc = p.start_ingest()
     with psycopg.connect(dsn) as holder:
         deadline = time.monotonic() + 120
@@ -225,9 +228,11 @@ def test_a_statement_timeout_exits_75_and_the_next_run_resumes(
         holder.rollback()
     assert reading.returncode == 75, reading.stderr[-3000:]
     line = _one_error_line(reading)
-    assert "Spark JDBC read: ERROR: canceling statement due to statement timeout" in line
+    assert "source.query_timeout_s" in line
+    assert "Spark JDBC read: ERROR: canceling statement due to user request" in line
     assert "[SQLSTATE 57014]" in line
 
+    p.edit("query_timeout_s: 2", "query_timeout_s: 0")
     sql(dsn, f"ALTER ROLE {ROLE} IN DATABASE {database} RESET statement_timeout",
         "UPDATE items SET v = 'changed' WHERE id <= 100", "DELETE FROM items WHERE id > 4900")  # fmt: skip
     resumed = p.ingest()

@@ -341,3 +341,26 @@ def test_kafka_and_jmx_channels_are_dropped_from_the_channel_lists(
     assert "notification.enabled.channels: jmx dropped (Kafka's, or a JVM's); left: none" in out
     assert pipeline_data(home)["snapshot"] == {"signal.enabled.channels": "source"}
     assert "notification.enabled.channels" not in str(pipeline_data(home)["source"])
+
+
+def test_the_query_timeout_in_milliseconds_becomes_seconds(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, write_json(home, BASE | {"database.query.timeout.ms": "2500"}))
+    assert code == 0, err
+    assert pipeline_data(home)["source"]["query_timeout_s"] == 2.5  # type: ignore[index]
+    assert "database.query.timeout.ms -> source.query_timeout_s" in out
+    assert "not supported:" not in out
+    source = load_pipeline("shop", home=home, environ={"SHOP_PG_PASSWORD": "x"}).pipeline.source
+    assert source.dsn.query_timeout_s == 2.5
+    run(capsys, write_json(home, BASE | {"database.query.timeout.ms": "0"}), "--force")
+    assert pipeline_data(home)["source"]["query_timeout_s"] == 0  # type: ignore[index]
+
+
+def test_a_negative_query_timeout_is_refused_naming_the_property(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, write_json(home, BASE | {"database.query.timeout.ms": "-1"}))
+    assert code == 2
+    assert err.startswith("error: connector.json: database.query.timeout.ms: -1 is negative")
+    assert not (home / "pipelines").exists()

@@ -72,8 +72,11 @@ def test_prometheus_text_names_and_labels() -> None:
         "SnapshotRunning": False, "RowsScanned": 0,
         "freshness_p50_s": 1.5, "freshness_p99_s": 2.0, "freshness_max_s": None,
         "retained_wal_bytes": 4096, "TotalNumberOfDeleteEventsSeen": 3,
+        "SnapshotCompleted": True,
     }  # fmt: skip
     text = prometheus_text(record)
+    assert 'cdc_snapshot_completed{pipeline="or\\"ders"} 1.0' in text
+    assert "# TYPE cdc_snapshot_completed gauge" in text
     assert 'cdc_slot_retained_wal_bytes{pipeline="or\\"ders"} 4096.0' in text
     assert "# TYPE cdc_slot_retained_wal_bytes gauge" in text
     assert 'cdc_total_number_of_delete_events_seen{pipeline="or\\"ders"} 3.0' in text

@@ -64,7 +64,7 @@ def _spark_job_failure(message: str, state: str) -> Py4JJavaError:
     ("error", "says"),
     [
         (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
-         "a statement was cancelled by statement_timeout"),
+         "a query on the source ran past source.query_timeout_s"),
         (psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"),
          "not granted within lock_timeout"),
         (psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
@@ -104,8 +104,10 @@ def test_a_failure_retrying_will_not_fix_is_left_alone(error: Exception) -> None
 def test_a_spark_jdbc_read_cancelled_by_statement_timeout_is_transient_by_its_sqlstate() -> None:
     mapped = as_transient(_spark_job_failure("ERROR: canceling statement due to statement timeout", "57014"))  # fmt: skip
     assert str(mapped) == (
-        "a statement was cancelled by statement_timeout or a cancel request (a lock held by "
-        "another session, or a busy server): Spark JDBC read: ERROR: canceling statement due to "
+        "a query on the source ran past source.query_timeout_s (or was cancelled by a cancel "
+        "request): a lock another session holds, or a busy server, may be why; if the query is "
+        "merely slow, raise source.query_timeout_s (0: no limit): Spark JDBC read: ERROR: "
+        "canceling statement due to "
         "statement timeout [SQLSTATE 57014]; safe to retry: the next run resumes where this one "
         "stopped"
     )
@@ -169,7 +171,7 @@ def test_guarded_exits_75_for_a_timeout_and_1_for_a_bug(capsys: pytest.CaptureFi
     assert guarded(timed_out, argparse.Namespace()) == EXIT_TRANSIENT
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith("error: a statement was cancelled by statement_timeout")
+    assert err.startswith("error: a query on the source ran past source.query_timeout_s")
     assert guarded(buggy, argparse.Namespace()) == EXIT_FAILURE
     assert "error: unexpected ValueError: a bug" in capsys.readouterr().err
 
