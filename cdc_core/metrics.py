@@ -6,7 +6,8 @@ change it made visible in silver, the time from the change's commit in PostgreSQ
 the silver MERGE that applied it (p50, p99, max). Debezium's metric names are kept where they
 carry over (`MilliSecondsBehindSource`: the newest change's lag; `TotalNumberOfEventsSeen` and
 `NumberOfCommittedTransactions`: totals of this process; `SnapshotRunning`, `SnapshotPaused`,
-`SnapshotPausedDurationInSeconds`, `RowsScanned`).
+`SnapshotPausedDurationInSeconds`, `RowsScanned`, the snapshot's table counts, duration and
+abort; the last staged change's transaction, position and commit time; the tables captured).
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
 from cdc_core.state import json_line, write_text
 from cdc_core.storage import Location, ObjectPath, arrow, publish, temporary_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from cdc_core.snapshot import SnapshotJob
 
 log = logging.getLogger("cdc_core.metrics")
 
@@ -65,32 +69,63 @@ class Freshness:
 
 
 @dataclass(frozen=True)
+class LastChange:
+    """The newest change a batch staged (the highest commit LSN, then position), for Debezium's
+    SourceEventPosition and LastEvent, and the transaction id of the newest change inside a
+    transaction, for LastTransactionId (a lone logical message has none)."""
+
+    lsn: int
+    commit_lsn: int
+    commit_time_us: int
+    xid: int | None
+
+    @classmethod
+    def of(cls, table: pa.Table) -> LastChange | None:
+        """The newest change of staged rows (commit_lsn, seq, lsn, xid, commit_time_us)."""
+        if not table.num_rows:
+            return None
+        order = [("commit_lsn", "descending"), ("seq", "descending")]
+        row = table.take(pc.sort_indices(table, sort_keys=order)[:1]).to_pylist()[0]
+        in_transaction = table.filter(pc.not_equal(table["xid"], 0))
+        xid = None
+        if in_transaction.num_rows:
+            newest = pc.sort_indices(in_transaction, sort_keys=order)[:1]
+            xid = int(in_transaction.take(newest)["xid"][0].as_py())
+        return cls(int(row["lsn"]), int(row["commit_lsn"]), int(row["commit_time_us"]), xid)
+
+
+@dataclass(frozen=True)
 class StagedFacts:
     """What a batch's metrics need of its staged files, read from their small columns."""
 
     commit_times_us: pa.Array  # one per change: its transaction's commit time
     ops: dict[str, int]  # changes per envelope op (c, u, d, t, m)
+    last: LastChange | None = None  # None: the batch staged nothing (or its files are gone)
+
+
+_FACT_COLUMNS = ["commit_time_us", "op", "commit_lsn", "seq", "lsn", "xid"]
 
 
 def staged_facts(staged: Sequence[Location]) -> StagedFacts:
-    """The commit times (for the changes' freshness once silver shows them, `Freshness.of`)
-    and the operations of the changes in `staged` files. Read before bronze takes the files:
-    maintenance removes a staged file bronze holds, at any time; a file already gone is left
-    out, with a warning."""
-    times, ops = [], []
+    """The commit times (for the changes' freshness once silver shows them, `Freshness.of`),
+    the operations and the newest change of the changes in `staged` files. Read before bronze
+    takes the files: maintenance removes a staged file bronze holds, at any time; a file
+    already gone is left out, with a warning."""
+    tables = []
     for p in staged:
         where, fs = arrow(p)
         try:
-            table = pq.read_table(where, columns=["commit_time_us", "op"], filesystem=fs)
+            tables.append(pq.read_table(where, columns=_FACT_COLUMNS, filesystem=fs))
         except FileNotFoundError:
             log.warning("freshness leaves out %s: it was removed (maintenance)", p)
-            continue
-        times.append(table["commit_time_us"])
-        ops.append(table["op"])
-    counts = pc.value_counts(pa.chunked_array(ops, pa.string())).to_pylist() if ops else []
+    if not tables:
+        return StagedFacts(pa.array([], pa.int64()), {})
+    rows = pa.concat_tables(tables)
+    counts = pc.value_counts(rows["op"]).to_pylist()
     return StagedFacts(
-        pa.chunked_array(times, pa.int64()).combine_chunks(),
+        rows["commit_time_us"].combine_chunks(),
         {str(c["values"]): int(c["counts"]) for c in counts},
+        LastChange.of(rows),
     )
 
 
@@ -102,6 +137,8 @@ class Totals:
     transactions: int = 0
     ops: dict[str, int] = field(default_factory=dict)  # changes per envelope op
     snapshot_completed: bool = False  # a snapshot read to its end since, and none begun after
+    snapshot_aborted: bool = False  # a snapshot stopped since, and none under way after
+    snapshot_seconds: int | None = None  # how long the last snapshot ran (or has been running)
     batches: int = 0
     table_flushed: float | None = None  # monotonic time of the last metrics-table append
 
@@ -112,6 +149,54 @@ def now_us() -> int:
 
 def iso(us: int) -> str:
     return datetime.fromtimestamp(us / 1e6, timezone.utc).isoformat(timespec="milliseconds")
+
+
+_LAST_CHANGE_KEYS = ("LastTransactionId", "SourceEventPosition", "LastEvent")
+
+
+def last_change_fields(
+    last: LastChange | None, previous: dict[str, Any] | None, now: int
+) -> dict[str, Any]:
+    """Debezium's LastTransactionId, SourceEventPosition, LastEvent (here the commit time of the
+    newest change staged) and MilliSecondsSinceLastEvent (from that commit time to `now`): of
+    the newest change this batch staged; a batch that staged none keeps the previous batch
+    line's, so the time since the last event grows while the source is quiet."""
+    before = previous or {}
+    fields = {key: before.get(key) for key in _LAST_CHANGE_KEYS}
+    if last is not None:
+        position = {"lsn": str(Lsn(last.lsn)), "commit_lsn": str(Lsn(last.commit_lsn))}
+        fields["SourceEventPosition"] = position
+        fields["LastEvent"] = iso(last.commit_time_us)
+        if last.xid is not None:  # else a lone logical message: the last transaction stands
+            fields["LastTransactionId"] = last.xid
+    event, since = fields["LastEvent"], None
+    if event is not None:
+        since = (now - int(datetime.fromisoformat(str(event)).timestamp() * 1e6)) // 1000
+    return fields | {"MilliSecondsSinceLastEvent": since}
+
+
+def snapshot_fields(
+    totals: Totals, jobs: Sequence[SnapshotJob], *, aborted: bool, now: int
+) -> dict[str, Any]:
+    """Debezium's TotalTableCount and RemainingTableCount (the tables of the snapshot jobs this
+    batch ran; a stopped job has none left), SnapshotAborted (`aborted`: a job stopped by a
+    stop-snapshot signal or because the slot lost its WAL; true until a snapshot runs again)
+    and SnapshotDurationInSeconds (since the oldest of them was created, paused time included,
+    to the end of the batch that finished or stopped it: that value stays)."""
+    if aborted:
+        totals.snapshot_aborted = True
+    elif any(not j.stopped for j in jobs):
+        totals.snapshot_aborted = False
+    if jobs:
+        totals.snapshot_seconds = max(0, now - min(j.created_us for j in jobs)) // 1_000_000
+    return {
+        "TotalTableCount": sum(len(j.tables) for j in jobs),
+        "RemainingTableCount": sum(
+            1 for j in jobs if not j.stopped for part in j.tables if not part.done
+        ),
+        "SnapshotAborted": totals.snapshot_aborted,
+        "SnapshotDurationInSeconds": totals.snapshot_seconds,
+    }
 
 
 def last_batch(lake: Lake) -> dict[str, Any] | None:
@@ -176,6 +261,18 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
     ("cdc_snapshot_paused_duration_in_seconds", "SnapshotPausedDurationInSeconds", "gauge",
      "time the running incremental snapshot has been paused"),
     ("cdc_rows_scanned", "RowsScanned", "gauge", "snapshot rows read by the last batch"),
+    ("cdc_snapshot_aborted", "SnapshotAborted", "gauge",
+     "1 once a snapshot was stopped (stop-snapshot signal, lost slot), until one runs again"),
+    ("cdc_snapshot_duration_in_seconds", "SnapshotDurationInSeconds", "gauge",
+     "time the running (or last) snapshot has taken since it began, paused time included"),
+    ("cdc_total_table_count", "TotalTableCount", "gauge",
+     "tables of the snapshots the last batch ran"),
+    ("cdc_remaining_table_count", "RemainingTableCount", "gauge",
+     "tables of the snapshots the last batch ran that are not done yet"),
+    ("cdc_last_transaction_id", "LastTransactionId", "gauge",
+     "transaction id (32-bit xid) of the last transaction staged"),
+    ("cdc_milliseconds_since_last_event", "MilliSecondsSinceLastEvent", "gauge",
+     "time from the commit of the last change staged to the end of the last batch"),
     ("cdc_slot_retained_wal_bytes", "retained_wal_bytes", "gauge",
      "WAL the source keeps for the pipeline's slot (current WAL position - restart_lsn): "
      "alert on it before the source's disk fills"),
@@ -185,17 +282,29 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
 )  # fmt: skip
 
 
-def prometheus_text(record: dict[str, Any]) -> str:
+def prometheus_text(record: dict[str, Any], *, connected: bool = True) -> str:
     """The batch line in Prometheus' text exposition format (for node_exporter's textfile
-    collector): Debezium's metric names in snake case, labelled by pipeline."""
-    pipeline = str(record["pipeline"]).replace("\\", "\\\\").replace('"', '\\"')
-    label = f'{{pipeline="{pipeline}"}}'
-    lines = []
+    collector): Debezium's metric names in snake case, labelled by pipeline. `connected`:
+    whether the source could be reached (a batch that ran did reach it)."""
+    label = f'{{pipeline="{_escape(record["pipeline"])}"}}'
+    lines = ["# HELP cdc_connected 1 when the last batch reached the source, 0 while it cannot",
+             "# TYPE cdc_connected gauge", f"cdc_connected{label} {float(connected)}"]  # fmt: skip
     for name, key, kind, text in _PROMETHEUS:
         value = record.get(key)
         if value is None:
             continue
         lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name}{label} {float(value)}"]
+    position = record.get("SourceEventPosition") or {}
+    for part in ("lsn", "commit_lsn"):  # bytes, as Debezium's offsets give LSNs
+        if position.get(part) is not None:
+            name, lsn = f"cdc_source_event_position_{part}", Lsn.parse(str(position[part]))
+            lines += [f"# HELP {name} {part} of the last change staged, in bytes",
+                      f"# TYPE {name} gauge", f"{name}{label} {float(lsn.value)}"]  # fmt: skip
+    tables = record.get("CapturedTables")
+    if tables is not None:
+        lines += ["# HELP cdc_captured_table 1 for each table the last batch captured",
+                  "# TYPE cdc_captured_table gauge"]  # fmt: skip
+        lines += [f'cdc_captured_table{label[:-1]},table="{_escape(t)}"}} 1.0' for t in tables]
     lines += ["# HELP cdc_freshness_seconds commit to visible in silver, changes of the last batch",
               "# TYPE cdc_freshness_seconds gauge"]  # fmt: skip
     for q, key in (
@@ -205,20 +314,28 @@ def prometheus_text(record: dict[str, Any]) -> str:
     ):
         if record.get(key) is not None:
             lines.append(f'cdc_freshness_seconds{label[:-1]},quantile="{q}"}} {record[key]}')
-    ended = datetime.fromisoformat(str(record["ended_at"])).timestamp()
-    lines += ["# HELP cdc_last_batch_timestamp_seconds when the last batch ended",
-              "# TYPE cdc_last_batch_timestamp_seconds gauge",
-              f"cdc_last_batch_timestamp_seconds{label} {ended}"]  # fmt: skip
+    for name, key, text in (
+        ("cdc_last_batch_timestamp_seconds", "ended_at", "when the last batch ended"),
+        ("cdc_last_event_timestamp_seconds", "LastEvent", "commit time of the last change staged"),
+    ):
+        if record.get(key) is not None:
+            seconds = datetime.fromisoformat(str(record[key])).timestamp()
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{name}{label} {seconds}"]
     return "\n".join(lines) + "\n"
+
+
+def _escape(value: object) -> str:
+    """A label value in the text format."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def prometheus_file(lake: Lake) -> Location:
     return lake.state / "metrics.prom"
 
 
-def write_prometheus(lake: Lake, record: dict[str, Any]) -> None:
+def write_prometheus(lake: Lake, record: dict[str, Any], *, connected: bool = True) -> None:
     """Replace the textfile in one step: a scrape sees the old batch or the new one."""
-    write_text(prometheus_file(lake), prometheus_text(record))
+    write_text(prometheus_file(lake), prometheus_text(record, connected=connected))
 
 
 _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
@@ -233,6 +350,11 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("SnapshotPausedDurationInSeconds", "bigint"), ("retained_wal_bytes", "bigint"),
     ("TotalNumberOfCreateEventsSeen", "bigint"), ("TotalNumberOfUpdateEventsSeen", "bigint"),
     ("TotalNumberOfDeleteEventsSeen", "bigint"), ("SnapshotCompleted", "boolean"),
+    ("LastTransactionId", "bigint"), ("SourceEventPosition", "map<string,string>"),
+    ("LastEvent", "timestamp"), ("MilliSecondsSinceLastEvent", "bigint"),
+    ("CapturedTables", "array<string>"), ("TotalTableCount", "bigint"),
+    ("RemainingTableCount", "bigint"), ("SnapshotAborted", "boolean"),
+    ("SnapshotDurationInSeconds", "bigint"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
 METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds

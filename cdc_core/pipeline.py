@@ -16,7 +16,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,21 +24,24 @@ from cdc_core import faults
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
 from cdc_core.config import Config
-from cdc_core.config.model import PipelineConfig, SourceConfig
-from cdc_core.errors import TerminalError, TransientError, UsageError
+from cdc_core.config.model import Dsn, PipelineConfig, SourceConfig
+from cdc_core.errors import CdcError, TerminalError, TransientError, UsageError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import (
     OP_COUNTERS,
     Freshness,
+    StagedFacts,
     Totals,
     flush_metrics_table,
     iso,
     last_batch,
+    last_change_fields,
     metrics_table_age,
     now_us,
     record_batch,
+    snapshot_fields,
     staged_facts,
     write_prometheus,
 )
@@ -236,6 +239,7 @@ def _continuous(
                     last = batch(spark, config, lake, totals, mirrors)
             except TransientError as e:
                 failures += 1
+                _say_connected(lake, config.pipeline.name, _reachable(config.pipeline.source.dsn))
                 if failures > settings.retries:
                     raise
                 wait = min(settings.retry_backoff_s * 2 ** (failures - 1), 30.0)
@@ -256,6 +260,26 @@ def _continuous(
         raise TerminalError("stopped before the first batch finished")
     _flush_tables(session_of(spark), lake, config.pipeline)  # what came since the last append
     return last
+
+
+def _reachable(dsn: Dsn) -> bool:
+    """Whether a session on the source can be opened now (after a batch failed)."""
+    try:
+        with connect(dsn):
+            return True
+    except CdcError:  # connect's TransientError (unreachable), LoginError, TerminalError
+        return False
+
+
+def _say_connected(lake: Lake, pipeline: str, reachable: bool) -> None:
+    """Prometheus' cdc_connected after a failed batch: the last batch line's values with
+    whether the source can be reached now, so an alert need not wait for the batches to
+    stop coming (the next batch that runs writes 1 again)."""
+    try:
+        record = last_batch(lake) or {"pipeline": pipeline}
+        write_prometheus(lake, record, connected=reachable)
+    except OSError as e:  # the lake may be unreachable too: the retry goes on regardless
+        log.warning("cdc_connected not written: %s", e)
 
 
 def _rediscovered(loaded: Config, config: Config) -> Config:
@@ -348,7 +372,8 @@ def batch(
     faults.point("batch.before_record")
     fresh = Freshness.of(staged.commit_times_us, visible_us)
     record = _record(lake, summary, totals, fresh, started_us=started_us, visible_us=visible_us,
-                     snapshots=begun.jobs, retained_wal=retained_wal, ops=staged.ops)  # fmt: skip
+                     snapshots=begun.jobs, retained_wal=retained_wal, staged=staged,
+                     aborted=bool(begun.aborted), tables=pipeline.source.tables)  # fmt: skip
     write_prometheus(lake, record)
     capture_settings = config.pipeline.capture
     if _metrics_table_due(lake, totals, capture_settings.metrics_table_interval_s):
@@ -400,7 +425,7 @@ def _check_retained_wal(config: Config) -> int | None:
 def _record(
     lake: Lake, summary: RunSummary, totals: Totals, fresh: Freshness, *, started_us: int,
     visible_us: int, snapshots: Sequence[SnapshotJob], retained_wal: int | None,
-    ops: Mapping[str, int],
+    staged: StagedFacts, aborted: bool, tables: Sequence[TableName],
 ) -> dict[str, Any]:  # fmt: skip
     captured = summary.capture
     files = captured.files if captured else ()
@@ -409,16 +434,17 @@ def _record(
     totals.batches += 1
     totals.events += changes
     totals.transactions += transactions
-    for op, n in ops.items():
+    for op, n in staged.ops.items():
         totals.ops[op] = totals.ops.get(op, 0) + n
     left = {p.table.qualified for j in snapshots if not j.stopped for p in j.tables if not p.done}
     if snapshots:  # Debezium's: true once this process has read a snapshot to its end
         totals.snapshot_completed = not (left - set(summary.snapshots_finished))
     previous = last_batch(lake)
     number = int(previous.get("batch", 0)) + 1 if previous else 1
+    now = now_us()
     record = {
         "pipeline": summary.pipeline, "batch": number,
-        "started_at": iso(started_us), "visible_at": iso(visible_us), "ended_at": iso(now_us()),
+        "started_at": iso(started_us), "visible_at": iso(visible_us), "ended_at": iso(now),
         "seconds": round(summary.seconds, 3),
         "lsn_from": str(files[0].start) if files else None,
         "lsn_to": str(files[-1].end) if files else None,
@@ -438,8 +464,12 @@ def _record(
         "retained_wal_bytes": retained_wal,
         "SnapshotPaused": any(j.paused for j in snapshots),
         "SnapshotPausedDurationInSeconds": max(
-            (j.paused_seconds(now_us()) for j in snapshots), default=0
+            (j.paused_seconds(now) for j in snapshots), default=0
         ),
+        **snapshot_fields(totals, snapshots, now=now,
+                          aborted=aborted or any(j.stopped for j in snapshots)),
+        **last_change_fields(staged.last, previous, now),
+        "CapturedTables": [t.qualified for t in tables],
     }  # fmt: skip
     record_batch(lake, record)
     return record

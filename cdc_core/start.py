@@ -70,6 +70,7 @@ class RunStart:
     decision: Decision
     jobs: tuple[SnapshotJob, ...]  # unfinished jobs, oldest first
     reset: bool = False  # a mirror starts over (a recreated table): every mirror is looked at
+    aborted: tuple[str, ...] = ()  # jobs this start stopped (a stop-snapshot signal, a lost slot)
 
 
 def requests_dir(lake: Lake) -> Location:
@@ -80,6 +81,7 @@ def start(config: Config, lake: Lake) -> RunStart:
     """Decide, set the source up, plan jobs; raises TerminalError when the run cannot go on."""
     source = config.pipeline.source
     jobs = load_jobs(lake)
+    stopped = {j.id for j in jobs if j.stopped}
     with connect(source.dsn, values=True) as conn:
         state = _start_state(conn, config, lake, jobs)
         decision = decide(config.pipeline.snapshot.mode, state)
@@ -115,7 +117,8 @@ def start(config: Config, lake: Lake) -> RunStart:
         if slot is not None and read_json(stream_file(lake)) is None:  # after planning: a run
             record_confirmed(lake, source.slot, slot.confirmed_flush)  # that dies first starts over
     reset = any(d.reset for d in drifted)
-    return RunStart(decision, tuple(j for j in jobs if not j.finished), reset)
+    aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
+    return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
 
 
 def _start_state(conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]) -> StartState:

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
 from cdc_core.metrics import OP_COUNTERS, batches_file, metrics_table, prometheus_file
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok, make_pipeline, sql
@@ -92,7 +93,19 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
     assert newest["changes"] == lines[-1]["changes"]
     assert newest["ended_at"] is not None
     assert newest["TotalNumberOfDeleteEventsSeen"] == counters["d"]
+    assert newest["CapturedTables"] == ["public.events"]
+    assert lines[0]["TotalTableCount"] == 1  # the initial snapshot's one table
+    with psycopg.connect(dsn) as conn:  # the last transaction: after the workload's
+        conn.execute("INSERT INTO events (v) VALUES ('last')")
+        row = conn.execute("SELECT pg_current_xact_id()::text::bigint % 4294967296, "
+                           "pg_current_wal_insert_lsn()::text").fetchone()  # fmt: skip
+    assert row is not None
     ingest_ok(p)  # a final --once run takes what the workload wrote after the stop
+    last = json.loads(batches_file(p.lake).read_text().splitlines()[-1])
+    assert last["LastTransactionId"] == int(row[0])  # PostgreSQL's xid of that transaction
+    position = {k: Lsn.parse(v) for k, v in last["SourceEventPosition"].items()}
+    assert position["lsn"] < Lsn.parse(row[1]) <= position["commit_lsn"]  # its INSERT, its commit
+    assert 0 <= last["MilliSecondsSinceLastEvent"] < 600_000
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "events")) > 0
 
 

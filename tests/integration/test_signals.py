@@ -270,6 +270,8 @@ def test_a_stop_sent_after_an_execute_stops_it_whatever_their_ids(
     [job] = load_jobs(lake)
     assert (job.origin, job.stopped) == ("signal sig-9", True)
     assert run.jobs == ()
+    assert run.aborted == (job.id,)  # the batch line's SnapshotAborted
+    assert start(config, lake).aborted == ()  # stopped before this start: not again
 
 
 def test_a_signal_sent_again_with_a_used_id_runs_again_once(

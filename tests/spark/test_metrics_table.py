@@ -75,3 +75,29 @@ def test_lines_that_cannot_be_dropped_leave_the_batch_alone(
     assert flush_metrics_table(spark, lake, keep_days=7) == 1
     assert "old batch lines not dropped this time" in caplog.text
     assert "No space left on device" in caplog.text
+
+
+def test_a_table_of_the_previous_version_gets_the_new_columns(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    columns = metrics._TABLE_COLUMNS
+    old = columns[: [name for name, _ in columns].index("SnapshotCompleted") + 1]
+    monkeypatch.setattr(metrics, "_TABLE_COLUMNS", old)  # the table as the last version wrote it
+    lake = Lake(str(tmp_path))
+    record_batch(lake, line(1))
+    assert flush_metrics_table(spark, lake) == 1
+    monkeypatch.setattr(metrics, "_TABLE_COLUMNS", columns)
+    position = {"lsn": "0/16B3748", "commit_lsn": "0/16B37A0"}
+    record_batch(lake, line(2) | {"LastTransactionId": 745, "SourceEventPosition": position,
+                                  "LastEvent": "2026-11-21T19:59:58.000+00:00",
+                                  "CapturedTables": ["public.orders"], "SnapshotAborted": False})  # fmt: skip
+    assert flush_metrics_table(spark, lake) == 1
+
+    rows = {r["batch"]: r for r in spark.read.format("delta").load(metrics_table(lake)).collect()}
+    assert rows[1]["LastTransactionId"] is None
+    assert rows[1]["SourceEventPosition"] is None
+    assert rows[2]["LastTransactionId"] == 745
+    assert rows[2]["SourceEventPosition"] == position
+    assert rows[2]["CapturedTables"] == ["public.orders"]
+    assert str(rows[2]["LastEvent"]).startswith("2026-11-21")
+    assert rows[2]["RemainingTableCount"] is None  # a key the line does not have

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pytest
@@ -18,6 +20,9 @@ from cdc_core.metrics import (
     prune_batch_lines,
     record_batch,
 )
+
+if TYPE_CHECKING:
+    from cdc_core.snapshot import SnapshotJob
 
 DAY = 86_400
 NOW = 1_800_000_000.0
@@ -153,6 +158,14 @@ def test_the_newest_batch_line_always_stays(tmp_path: Path) -> None:
     assert [r["batch"] for r in batch_lines_after(lake, 0)] == [3, 4]
 
 
+def staged_rows(ops: list[str], **columns: list[int]) -> pa.Table:
+    """Staged rows with the columns the batch metrics read; unset ones count from 0."""
+    n = len(ops)
+    made = {name: pa.array(columns.get(name, range(n)), pa.int64())
+            for name in ("commit_time_us", "commit_lsn", "lsn", "xid")}  # fmt: skip
+    return pa.table({**made, "seq": pa.array(columns.get("seq", range(n)), pa.int32()), "op": ops})
+
+
 def test_staged_facts_leave_out_a_staged_file_maintenance_removed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -162,8 +175,7 @@ def test_staged_facts_leave_out_a_staged_file_maintenance_removed(
     import pyarrow.parquet as pq
 
     kept, gone = tmp_path / "a.parquet", tmp_path / "b.parquet"
-    pq.write_table(pa.table({"commit_time_us": pa.array([1_000_000, 3_000_000], pa.int64()),
-                             "op": ["c", "u"]}), kept)  # fmt: skip
+    pq.write_table(staged_rows(["c", "u"], commit_time_us=[1_000_000, 3_000_000]), kept)
     facts = metrics.staged_facts([kept, gone])
     assert facts.commit_times_us.to_pylist() == [1_000_000, 3_000_000]
     assert facts.ops == {"c": 1, "u": 1}
@@ -180,6 +192,150 @@ def test_staged_facts_count_each_operation_over_the_files(tmp_path: Path) -> Non
 
     files = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
     for path, ops in zip(files, (["c", "c", "u", "m"], ["d", "u", "c", "t"]), strict=True):
-        times = pa.array(range(len(ops)), pa.int64())
-        pq.write_table(pa.table({"commit_time_us": times, "op": ops}), path)
+        pq.write_table(staged_rows(ops), path)
     assert metrics.staged_facts(files).ops == {"c": 3, "u": 2, "m": 1, "d": 1, "t": 1}
+
+
+def test_the_last_change_is_the_newest_commit_then_position_across_files(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    first, second = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(staged_rows(["c", "u"], commit_lsn=[100, 100], lsn=[90, 95], xid=[7, 7],
+                               commit_time_us=[5, 5]), first)  # fmt: skip
+    # the newest transaction (xid 9, commit 300) has two changes; a lone message (xid 0) at
+    # 200 is older than it
+    pq.write_table(staged_rows(["m", "d", "c"], commit_lsn=[200, 300, 300], lsn=[200, 290, 280],
+                               xid=[0, 9, 9], seq=[0, 1, 0], commit_time_us=[6, 8, 8]),
+                   second)  # fmt: skip
+    last = metrics.staged_facts([first, second]).last
+    assert last == metrics.LastChange(lsn=290, commit_lsn=300, commit_time_us=8, xid=9)
+    assert metrics.staged_facts([]).last is None
+
+
+def test_a_lone_message_last_keeps_the_last_transaction_id() -> None:
+    rows = staged_rows(["c", "m"], commit_lsn=[100, 200], lsn=[90, 200], xid=[7, 0])
+    assert metrics.LastChange.of(rows) == metrics.LastChange(200, 200, 1, 7)
+    alone = staged_rows(["m"], commit_lsn=[200], lsn=[200], xid=[0])
+    assert metrics.LastChange.of(alone) == metrics.LastChange(200, 200, 0, None)
+
+
+def test_last_change_fields_of_a_batch_and_of_a_quiet_batch_after_it() -> None:
+    commit = int(NOW * 1e6)
+    last = metrics.LastChange(lsn=0x16B3748, commit_lsn=0x100000016B37A0, commit_time_us=commit,
+                              xid=745)  # fmt: skip
+    fields = metrics.last_change_fields(last, None, commit + 2_500_000)
+    assert fields == {
+        "LastTransactionId": 745,
+        "SourceEventPosition": {"lsn": "0/16B3748", "commit_lsn": "100000/16B37A0"},
+        "LastEvent": metrics.iso(commit),
+        "MilliSecondsSinceLastEvent": 2500,
+    }
+    quiet = metrics.last_change_fields(None, fields | {"batch": 3}, commit + 60_000_000)
+    assert quiet == fields | {"MilliSecondsSinceLastEvent": 60_000}  # the time since grows
+    lone = metrics.LastChange(lsn=0x2000000, commit_lsn=0x2000000, commit_time_us=commit, xid=None)
+    assert metrics.last_change_fields(lone, fields, commit)["LastTransactionId"] == 745
+    nothing = metrics.last_change_fields(None, None, commit)  # nothing staged yet, or an old line
+    assert set(nothing.values()) == {None}
+
+
+def job(created_us: int, done: list[bool], *, stopped: bool = False) -> SnapshotJob:
+    from cdc_core.identifiers import TableName
+    from cdc_core.snapshot import SnapshotJob, TableSnapshot
+
+    parts = [TableSnapshot(TableName("public", f"t{i}"), None, (), done=d)
+             for i, d in enumerate(done)]  # fmt: skip
+    return SnapshotJob("j", "initial", "test", parts, created_us=created_us, stopped=stopped)
+
+
+def test_snapshot_fields_count_tables_and_time_of_the_jobs_run() -> None:
+    totals, now = metrics.Totals(), 10_000_000_000
+    assert metrics.snapshot_fields(totals, [], aborted=False, now=now) == {
+        "TotalTableCount": 0, "RemainingTableCount": 0, "SnapshotAborted": False,
+        "SnapshotDurationInSeconds": None,
+    }  # fmt: skip
+    running = [job(now - 90_500_000, [True, False, False]), job(now - 5_000_000, [False])]
+    fields = metrics.snapshot_fields(totals, running, aborted=False, now=now)
+    assert fields == {
+        "TotalTableCount": 4, "RemainingTableCount": 3, "SnapshotAborted": False,
+        "SnapshotDurationInSeconds": 90,  # since the oldest job began
+    }  # fmt: skip
+    later = metrics.snapshot_fields(totals, [], aborted=False, now=now + 600_000_000)
+    assert later["SnapshotDurationInSeconds"] == 90  # the last snapshot's, once it is over
+
+
+def test_snapshot_aborted_stays_until_a_snapshot_runs_again() -> None:
+    totals, now = metrics.Totals(), 10_000_000_000
+    stopped = [job(now - 3_000_000, [True, False], stopped=True)]
+    fields = metrics.snapshot_fields(totals, stopped, aborted=True, now=now)
+    assert (fields["SnapshotAborted"], fields["RemainingTableCount"]) == (True, 0)
+    assert fields["TotalTableCount"] == 2
+    assert metrics.snapshot_fields(totals, [], aborted=False, now=now)["SnapshotAborted"]
+    # a lost slot stops the old jobs at start and begins a new snapshot in the same batch
+    again = [job(now, [False])]
+    assert metrics.snapshot_fields(totals, again, aborted=True, now=now)["SnapshotAborted"]
+    assert not metrics.snapshot_fields(totals, again, aborted=False, now=now)["SnapshotAborted"]
+
+
+def test_prometheus_text_of_the_position_the_tables_and_the_connection() -> None:
+    record = {
+        "pipeline": "orders", "ended_at": "2026-11-21T20:00:00.000+00:00",
+        "LastTransactionId": 745, "MilliSecondsSinceLastEvent": 2500,
+        "LastEvent": "2026-11-21T19:59:58.000+00:00",
+        "SourceEventPosition": {"lsn": "0/16B3748", "commit_lsn": "1/0"},
+        "CapturedTables": ["public.orders", 'odd."name'], "TotalTableCount": 2,
+        "RemainingTableCount": 1, "SnapshotAborted": False, "SnapshotDurationInSeconds": 90,
+    }  # fmt: skip
+    text = prometheus_text(record)
+    for expected in (
+        'cdc_connected{pipeline="orders"} 1.0',
+        'cdc_last_transaction_id{pipeline="orders"} 745.0',
+        'cdc_milliseconds_since_last_event{pipeline="orders"} 2500.0',
+        'cdc_last_event_timestamp_seconds{pipeline="orders"} 1795291198.0',
+        f'cdc_source_event_position_lsn{{pipeline="orders"}} {float(0x16B3748)}',
+        f'cdc_source_event_position_commit_lsn{{pipeline="orders"}} {float(1 << 32)}',
+        'cdc_captured_table{pipeline="orders",table="public.orders"} 1.0',
+        'cdc_captured_table{pipeline="orders",table="odd.\\"name"} 1.0',
+        'cdc_total_table_count{pipeline="orders"} 2.0',
+        'cdc_remaining_table_count{pipeline="orders"} 1.0',
+        'cdc_snapshot_aborted{pipeline="orders"} 0.0',
+        'cdc_snapshot_duration_in_seconds{pipeline="orders"} 90.0',
+        "# TYPE cdc_connected gauge",
+        "# TYPE cdc_captured_table gauge",
+    ):
+        assert expected in text, expected
+    assert text.count("# TYPE cdc_captured_table gauge") == 1
+    assert 'cdc_connected{pipeline="orders"} 0.0' in prometheus_text(record, connected=False)
+    quiet = prometheus_text({"pipeline": "orders"}, connected=False)  # no batch line yet
+    assert "cdc_last_transaction_id" not in quiet
+    assert "cdc_source_event_position" not in quiet
+    assert "cdc_last_batch_timestamp_seconds" not in quiet
+
+
+def test_a_source_that_cannot_be_reached_says_cdc_connected_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--continuous, after a batch failed: the last batch line's values with cdc_connected
+    0 while the source cannot be reached, 1 when it can; the next batch that runs says 1."""
+    from cdc_core import pipeline
+    from cdc_core.errors import TransientError
+
+    def unreachable(dsn: object) -> object:
+        raise TransientError("cannot connect to PostgreSQL at host=db: Connection refused")
+
+    lake = Lake(str(tmp_path))
+    text = metrics.prometheus_file(lake)
+    pipeline._say_connected(lake, "orders", reachable=False)  # no batch line yet
+    assert text.read_text().startswith(
+        "# HELP cdc_connected 1 when the last batch reached the source, 0 while it cannot\n"
+        '# TYPE cdc_connected gauge\ncdc_connected{pipeline="orders"} 0.0\n'
+    )
+    record_batch(lake, line(4, 0) | {"pipeline": "orders", "TotalNumberOfEventsSeen": 12})
+    monkeypatch.setattr(pipeline, "connect", unreachable)
+    pipeline._say_connected(lake, "orders", pipeline._reachable(None))
+    said = text.read_text()
+    assert 'cdc_connected{pipeline="orders"} 0.0' in said
+    assert 'cdc_total_number_of_events_seen{pipeline="orders"} 12.0' in said
+    assert 'cdc_batch_number{pipeline="orders"} 4.0' in said
+    monkeypatch.setattr(pipeline, "connect", lambda dsn: contextlib.nullcontext())
+    pipeline._say_connected(lake, "orders", pipeline._reachable(None))
+    assert 'cdc_connected{pipeline="orders"} 1.0' in text.read_text()
