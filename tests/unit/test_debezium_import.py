@@ -341,3 +341,16 @@ def test_kafka_and_jmx_channels_are_dropped_from_the_channel_lists(
     assert "notification.enabled.channels: jmx dropped (Kafka's, or a JVM's); left: none" in out
     assert pipeline_data(home)["snapshot"] == {"signal.enabled.channels": "source"}
     assert "notification.enabled.channels" not in str(pipeline_data(home)["source"])
+
+
+def test_the_failure_handling_mode_carries_over_to_silver(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    props = BASE | {"event.processing.failure.handling.mode": "warn"}
+    code, out, _ = run(capsys, write_json(home, props))
+    assert code == 0
+    silver = pipeline_data(home)["silver"]
+    assert silver == {"event.processing.failure.handling.mode": "warn"}
+    assert "unsupported 0, unknown 0" in out
+    config = load_pipeline("shop", home=home, environ={"SHOP_PG_PASSWORD": "x"})
+    assert config.pipeline.silver.event_processing_failure_handling_mode == "warn"
