@@ -4,6 +4,7 @@ table once, however often their batch runs."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,25 @@ def test_snapshot_reads_at_one_position_are_told_apart_by_their_values(
     assert stored.select(F.col("values")["id"].alias("id")).orderBy("id").collect() == [
         ("1",), ("2",),
     ]  # fmt: skip
+
+
+def test_warn_logs_each_change_with_its_lsn_and_skip_only_a_count(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = letters(spark, [GOOD, INFINITE, UNREADABLE])
+    with caplog.at_level(logging.INFO, logger="cdc_core.dead_letters"):
+        dead_letters.report("public.periods", rows, "warn", 2)
+    assert [r.getMessage() for r in caplog.records] == [
+        "public.periods: change at LSN 0/65 (commit 0/64, #1, op c) skipped, in "
+        "_state/dead_letters: key column valid_to holds 'infinity', which its silver type "
+        "(date) cannot hold",
+        "public.periods: change at LSN 0/C8 (commit 0/C8, #0, op c) skipped, in "
+        "_state/dead_letters: column n: cannot read 'six' as its type: invalid literal for "
+        "int() with base 10: 'six'",
+    ]  # fmt: skip
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cdc_core.dead_letters"):
+        dead_letters.report("public.periods", rows, "skip", 0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "public.periods: 2 changes silver cannot apply skipped (0 new in _state/dead_letters)"
+    ]
