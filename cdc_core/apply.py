@@ -44,7 +44,7 @@ def silver_settings(config: Config) -> SilverSettings:
     return SilverSettings(
         modes, s.soft_delete, catalog.register, catalog.database,
         s.column_propagate_source_type.patterns, s.datatype_propagate_source_type.patterns,
-        s.max_threads, config.pipeline.source.slot,
+        s.max_threads, config.pipeline.source.slot, s.event_processing_failure_handling_mode,
     )  # fmt: skip
 
 

@@ -40,6 +40,29 @@ class TableState:
 def read_table(path: Location) -> TableState | None:
     """The table at `path` from its newest checkpoint and the commits after it; None when there
     is no table there yet."""
+    found = _live_files(path)
+    if found is None:
+        return None
+    version, live = found
+    return TableState(version, len(live), _row_count(live.values()))
+
+
+def rows_by_partition(path: Location, column: str) -> dict[str, int] | None:
+    """Rows of the table at `path` per value of its partition column `column` (a value whose
+    files lack the numRecords statistic is left out); None when there is no table there."""
+    found = _live_files(path)
+    if found is None:
+        return None
+    by_value: dict[str, list[dict[str, Any]]] = {}
+    for add in found[1].values():
+        value = (add.get("partitionValues") or {}).get(column)
+        by_value.setdefault(str(value), []).append(add)
+    counts = {value: _row_count(adds) for value, adds in by_value.items()}
+    return {value: n for value, n in counts.items() if n is not None}
+
+
+def _live_files(path: Location) -> tuple[int, dict[tuple[str, str], dict[str, Any]]] | None:
+    """The newest version and the live files (their add actions) of the table at `path`."""
     log = path / "_delta_log"
     commits = sorted(_versions(log))
     checkpoint, parts = _newest_checkpoint(log) if log.is_dir() else (-1, [])
@@ -63,8 +86,7 @@ def read_table(path: Location) -> TableState | None:
                 live[_file_key(action["add"])] = action["add"]
             elif "remove" in action:
                 live.pop(_file_key(action["remove"]), None)
-    version = following[-1] if following else checkpoint
-    return TableState(version, len(live), _row_count(live.values()))
+    return (following[-1] if following else checkpoint), live
 
 
 def newest_metadata(

@@ -30,6 +30,7 @@ POINTS = (
     "bronze.between_commits",  # transaction events committed, bronze changes not yet
     "bronze.after_commit",  # bronze committed, silver not merged
     "silver.before_merge",  # a table's MERGE about to run
+    "silver.dead_letters",  # a table's dead letters recorded, its MERGE not made
     "silver.after_merge",  # a table merged, the next not yet
     "snapshot.chunk_read",  # a snapshot chunk read and written to bronze, not marked done
     "snapshot.chunk_done",  # a chunk marked done

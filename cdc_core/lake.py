@@ -60,6 +60,11 @@ class Lake:
         """BEGIN and END events (provide.transaction.metadata)."""
         return f"{self.root}/transactions"
 
+    @property
+    def dead_letters(self) -> str:
+        """Changes silver set aside (`cdc_core.dead_letters`), a Delta table."""
+        return f"{self.root}/_state/dead_letters"
+
     def silver(self, table: TableName) -> str:
         return f"{self.root}/silver/{table.schema}/{table.name}"
 

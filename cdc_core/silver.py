@@ -19,7 +19,7 @@ from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_core import delta_log, faults
+from cdc_core import dead_letters, delta_log, faults
 from cdc_core.envelope import MESSAGES_TABLE
 from cdc_core.errors import TerminalError
 from cdc_core.events import RelationDescriptor
@@ -31,6 +31,7 @@ from cdc_core.name_patterns import matches_any
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reset_marker import RESET_PREFIX
 from cdc_core.silver_batch import (
+    REFUSED,
     after_position,
     key_refusal,
     keyed_source,
@@ -73,6 +74,7 @@ class SilverSettings:
     propagate_types: tuple[str, ...] = ()  # anchored, case-insensitive: schema.table.<type name>
     threads: int = 1  # mirrors merged at once
     slot: str | None = None  # the pipeline's: reset markers for another are not applied
+    failure_handling: dead_letters.FailureHandling = "fail"  # a change silver cannot apply
 
     def propagates(self, table: str, column: SilverColumn) -> bool:
         """Whether the column's silver field metadata carries its source type."""
@@ -88,6 +90,7 @@ class TableResult:
     table: str
     changes: int
     error: str | None = None
+    dead_letters: int = 0  # changes set aside (warn, skip), not applied
 
 
 @dataclass
@@ -223,15 +226,39 @@ def apply_table(
             )
     if reads and not shape.key:  # a snapshot of a table without a key replaces its content
         _empty(spark, path, settings, version=end[0], watermark=after, marks=marks)
+    refusals = settings.failure_handling != "fail"
+    refused = ready.refused if ready is not None else 0
     if typed_rows is None and shape.key:
-        typed_rows = typed(parsed(batch, shape), shape, settings.modes)
+        typing = typed_with(parsed(batch, shape), shape, settings.modes, [], refusals=refusals)
+        typed_rows, refused = typing.rows, typing.refused
+    set_aside = 0
+    if typed_rows is not None and refusals:  # recorded before the watermark passes them
+        typed_rows, set_aside = _set_aside(
+            spark, lake, table, typed_rows, refused=refused, settings=settings
+        )
     only_reads = shape.key and reads == changes and truncated is None
     if not (only_reads and typed_rows is not None
             and _append_reads(spark, lake, path, typed_rows, shape, end=end, settings=settings,
                               marks=marks)):  # fmt: skip
         _merge(spark, path, shape, batch if typed_rows is None else typed_rows, end=end,
                settings=settings, unsent=unsent, reads=reads > 0, marks=marks)  # fmt: skip
-    return TableResult(table.qualified, changes)
+    return TableResult(table.qualified, changes, dead_letters=set_aside)
+
+
+def _set_aside(
+    spark: SparkSession, lake: Lake, table: TableName, typed_rows: DataFrame, *, refused: int,
+    settings: SilverSettings,
+) -> tuple[DataFrame, int]:  # fmt: skip
+    """The typed changes without those the typing refused (`refused` of them, maybe some
+    before a TRUNCATE), which go to the dead-letter table first (those it holds already are
+    not added again) and are logged; and how many the batch set aside."""
+    if not refused:
+        return typed_rows.drop(REFUSED), 0
+    rows = dead_letters.dead_letters(typed_rows, table.qualified).localCheckpoint()
+    inserted = dead_letters.record(spark, lake, rows, table.qualified)
+    faults.point("silver.dead_letters")
+    dead_letters.report(table.qualified, rows, settings.failure_handling, inserted)
+    return typed_rows.where(F.col(REFUSED).isNull()).drop(REFUSED), rows.count()
 
 
 def _refuse_partial_rebuild(lake: Lake, table: TableName, summary: Summary | None) -> None:
@@ -262,6 +289,7 @@ class _Typed:
     shape: TableShape
     rows: DataFrame
     summary: Summary | None
+    refused: int  # changes silver cannot apply (warn, skip): `REFUSED` says why
 
 
 def _typed_pending(
@@ -282,8 +310,9 @@ def _typed_pending(
     if not shape.key:
         return None
     found = _summary_aggregates(unchanged="_unchanged", staged_file="_staged_file")
-    changes, row = typed_with(parsed(rows, shape), shape, settings.modes, found)
-    return _Typed(shape, changes, _read_summary(row))
+    refusals = settings.failure_handling != "fail"
+    typing = typed_with(parsed(rows, shape), shape, settings.modes, found, refusals=refusals)
+    return _Typed(shape, typing.rows, _read_summary(typing.found), typing.refused)
 
 
 def shapes_since(mark: dict[str, object] | None) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 import pyarrow as pa
@@ -24,7 +25,7 @@ from cdc_core.silver_shape import TableShape, arrow_type, describe, spark_type
 from cdc_core.silver_table import quoted
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
-         "_cdc_delta", "_xid", "_read_view", "_staged_file"]  # fmt: skip
+         "_cdc_delta", "_xid", "_read_view", "_staged_file", "_lsn"]  # fmt: skip
 _XID_SPAN = 1 << 32
 
 
@@ -94,6 +95,7 @@ def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
         "op", "commit_lsn", "seq",
         F.col("source.ts_us").alias("_commit_ts_us"),
         F.col("source.txId").alias("_xid"),
+        F.col("source.lsn").alias("_lsn"),  # the change's own LSN: for a dead letter
         F.col("read_view").alias("_read_view"),
         F.when(F.col("op") == "t", F.col("staged_file")).alias("_staged_file"),  # a TRUNCATE's file
         F.coalesce("unchanged", F.array().cast("array<string>")).alias("_unchanged"),
@@ -134,20 +136,36 @@ def multiset_source(
     return out.where(F.col("_cdc_delta") != 0)
 
 
+REFUSED = "_cdc_refused"  # with `refusals`: why silver cannot apply the change, else NULL
+
+
 def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
     """Typed silver columns from the text values, on executors; a value the silver type cannot
     hold exactly is NULL there and kept, exact, in `_cdc_raw`. The result is materialized
     (`localCheckpoint`): computed once, however often the caller reads it."""
-    return typed_with(changes, shape, modes, [])[0]
+    return typed_with(changes, shape, modes, []).rows
+
+
+@dataclass(frozen=True)
+class Typed:
+    """`typed_with`'s result: the typed changes, the aggregates' row (None without aggregates)
+    and, with `refusals`, how many changes silver cannot apply (their `REFUSED` is set)."""
+
+    rows: DataFrame
+    found: Row | None
+    refused: int = 0
 
 
 def typed_with(
-    changes: DataFrame, shape: TableShape, modes: TypeModes, aggregates: Sequence[Column]
-) -> tuple[DataFrame, Row | None]:
+    changes: DataFrame, shape: TableShape, modes: TypeModes, aggregates: Sequence[Column],
+    *, refusals: bool = False,
+) -> Typed:  # fmt: skip
     """`typed`, and `aggregates` over the changes' own columns (`op`, `commit_lsn`, `seq`,
     `_unchanged`, `_staged_file`: `parsed`'s names), computed from the materialized rows in the
     job that looks for values only Python can type: a summary without a pass of its own over
-    bronze. The row is None when there are no aggregates."""
+    bronze. With `refusals`, a change silver cannot apply (a key value its type cannot hold, a
+    value that is not PostgreSQL's text of its type) does not stop the job: it is kept with
+    `REFUSED` saying why and `_cdc_raw` holding every value's text; without, it raises."""
     cols = [c for c in changes.columns if c in _META]
     inputs = (
         changes.select(*cols, "_values", "_old_key")
@@ -158,15 +176,19 @@ def typed_with(
     types = {f.name: f.dataType for f in fields}
     old = [T.StructField(f"_old_{k}", types[k]) for k in shape.key]
     meta = [f for f in inputs.schema.fields if f.name in _META]
-    out = T.StructType(
-        meta + fields + old + [T.StructField("_cdc_raw", T.MapType(T.StringType(), T.StringType()))]
-    )
+    raw = T.StructField("_cdc_raw", T.MapType(T.StringType(), T.StringType()))
+    flag = [T.StructField(REFUSED, T.StringType())] if refusals else []
+    out = T.StructType(meta + fields + old + [raw] + flag)
     convert = functools.partial(_convert_batches, shape=shape, modes=modes, schema=out)
     fast = _fast_columns(shape, modes)
     found = None
+    refused = 0
+    counted = [F.count(REFUSED).alias("__cdc_refused")] if refusals else []
     if fast is None:
         result = inputs.mapInArrow(convert, out).localCheckpoint()
-        found = result.agg(*aggregates).first() if aggregates else None
+        if aggregates or refusals:
+            found = result.agg(*aggregates, *counted).first()
+            refused = int(found["__cdc_refused"]) if refusals and found else 0
     else:  # rows whose every value has its plain form are typed in the JVM, the rest in Python
         exprs, plain = fast
         texts = [c for c in ("_values", "_old_key") if c in inputs.columns]
@@ -180,7 +202,8 @@ def typed_with(
         ).localCheckpoint()
         quick = staged.where("__cdc_plain").select(
             *[f.name for f in meta], *[F.col(quoted(f.name)) for f in fields + old],
-            F.create_map().cast(out["_cdc_raw"].dataType).alias("_cdc_raw"),
+            F.create_map().cast(raw.dataType).alias("_cdc_raw"),
+            *[F.lit(None).cast("string").alias(REFUSED) for _ in flag],
         )  # fmt: skip
         rest = staged.where(~F.col("__cdc_plain")).select(*[f.name for f in meta], *texts)
         found = staged.agg(
@@ -189,14 +212,17 @@ def typed_with(
         if found is None or not found["__cdc_slow"]:
             result = quick
         else:
-            result = quick.unionByName(rest.mapInArrow(convert, out).localCheckpoint())
+            slow = rest.mapInArrow(convert, out).localCheckpoint()
+            if refusals:  # only the few rows Python typed can be refused
+                refused = int(slow.agg(*counted).first()[0])  # type: ignore[index]
+            result = quick.unionByName(slow)
     rows = (
         result.withColumnRenamed("commit_lsn", "_cdc_lsn")
         .withColumnRenamed("seq", "_cdc_seq")
         .withColumnRenamed("op", "_cdc_op")
         .withColumn("_cdc_commit_ts", F.timestamp_micros("_commit_ts_us"))
     )  # fmt: skip
-    return rows, found if aggregates else None
+    return Typed(rows, found if aggregates else None, refused)
 
 
 def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Column] | None:
@@ -234,23 +260,36 @@ def _convert_batches(
     converters = [(c.name, converter(c.pg, modes)) for c in shape.columns]
     by_name = dict(converters)
     key = frozenset(shape.key)
+    refusals = REFUSED in schema.fieldNames()  # else a refused change raises
+    typed_names = [n for n, _ in converters] + [f"_old_{k}" for k in shape.key]
     target = pa.schema([pa.field(f.name, arrow_type(f.dataType)) for f in schema.fields])
     for batch in batches:
         rows = batch.to_pylist()
         out: dict[str, list[object]] = {f.name: [] for f in schema.fields}
-        for row in rows:
+        for i, row in enumerate(rows):
             raw: dict[str, str] = {}
             values = row["_values"] or {}
-            for name, convert in converters:
-                out[name].append(_value(convert, values.get(name), name, raw))
             old_key = row.get("_old_key") or {}
             old_raw: dict[str, str] = {}
-            for k in shape.key:
-                out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, old_raw))
+            reason: str | None = None
+            try:
+                for name, convert in converters:
+                    out[name].append(_value(convert, values.get(name), name, raw))
+                for k in shape.key:
+                    out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, old_raw))
+            except ValueError as e:  # not PostgreSQL's text of the type
+                if not refusals:
+                    raise
+                reason = _blanked(out, typed_names, i, e)
             held = [(n, raw[n]) for n in key & raw.keys()] + list(old_raw.items())
-            if held:  # a key silver cannot hold: the row could not be matched by it
-                raise ValueError(unrepresentable_key(shape, *held[0]))
-            out["_cdc_raw"].append(list(raw.items()))
+            if held and reason is None:  # a key silver cannot hold: the row could not be matched
+                reason = _key_held(shape, *held[0], refusals=refusals)
+            if reason is None:
+                out["_cdc_raw"].append(list(raw.items()))
+            else:  # set aside: every value's text, for the dead letter
+                out["_cdc_raw"].append([(n, v) for n, v in values.items() if v is not None])
+            if refusals:
+                out[REFUSED].append(reason)
             for name, column in out.items():
                 if name in row and name not in ("_values", "_old_key"):
                     column.append(row[name])
@@ -259,19 +298,42 @@ def _convert_batches(
         )
 
 
+def _blanked(out: dict[str, list[object]], names: list[str], row: int, e: ValueError) -> str:
+    """A refused row's typed values, NULL (those appended before the error are dropped)."""
+    for name in names:
+        del out[name][row:]
+        out[name].append(None)
+    return str(e)
+
+
+def _key_held(shape: TableShape, name: str, text: str, *, refusals: bool) -> str:
+    if not refusals:
+        raise ValueError(unrepresentable_key(shape, name, text))
+    return held_key(shape, name, text)
+
+
 _KEY_REFUSED = "cdc-lake refuses the key: "
+
+
+def held_key(shape: TableShape, name: str, text: str) -> str:
+    """Why a change whose key value its silver type cannot hold is not applied."""
+    column = next(c for c in shape.columns if c.name == name)
+    return (
+        f"key column {name} holds {text[:200]!r}, which its silver type "
+        f"({describe(column.silver)}) cannot hold"
+    )
 
 
 def unrepresentable_key(shape: TableShape, name: str, text: str) -> str:
     """Why a key value its silver type cannot hold stops the mirror: NULL there, the row would
     match no other change of it (an update would add a row, a delete remove nothing)."""
-    column = next(c for c in shape.columns if c.name == name)
     return (
-        f"{_KEY_REFUSED}table {shape.qualified}: key column {name} holds {text[:200]!r}, which "
-        f"its silver type ({describe(column.silver)}) cannot hold, so its changes could not be "
-        "matched by key. The mirror stops here; other tables go on. To move on, key the table "
-        "by columns whose values silver holds (message.key.columns), or choose a mode that "
-        "keeps the column's text, or leave the table out"
+        f"{_KEY_REFUSED}table {shape.qualified}: {held_key(shape, name, text)}, so its changes "
+        "could not be matched by key. The mirror stops here; other tables go on. To move on, "
+        "key the table by columns whose values silver holds (message.key.columns), or choose "
+        "a mode that keeps the column's text, or leave the table out, or set "
+        "silver.event.processing.failure.handling.mode to warn or skip (such changes then go "
+        "to the dead-letter table _state/dead_letters)"
     )
 
 

@@ -94,6 +94,7 @@ class TableStatus:
     applied_seq: int | None = None  # silver: its position in the transaction
     staged_end: str | None = None  # bronze: end LSN of the last staged file appended
     error: str | None = None
+    dead_letters: int = 0  # silver: changes set aside in _state/dead_letters (warn, skip)
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,12 @@ def gather_status(
     source, slot = read_slot(pipeline.source.dsn, pipeline.source.slot)
     batch = read_last_batch(lake)
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
+    dead = read_dead_letters(lake)
     tables = tuple(
-        table_status(str(t), lake.place(lake.silver(t)), SILVER_WATERMARK)
+        replace(
+            table_status(str(t), lake.place(lake.silver(t)), SILVER_WATERMARK),
+            dead_letters=dead.get(t.qualified, 0),
+        )
         for t in pipeline.source.tables
     )
     snapshots, snapshot_problem = read_snapshots(lake)
@@ -261,6 +266,15 @@ def table_status(name: str, path: Location, watermark: str) -> TableStatus:
                            staged_end=None if value is None else str(value))  # fmt: skip
     lsn, seq = _position(value)
     return TableStatus(name, "created", state.rows, state.version, lsn, seq)
+
+
+def read_dead_letters(lake: Lake) -> dict[str, int]:
+    """Changes set aside per table (`_state/dead_letters`, from its log); none when unreadable."""
+    try:
+        found = delta_log.rows_by_partition(lake.place(lake.dead_letters), "source_table")
+    except CdcError:
+        return {}
+    return found or {}
 
 
 def read_snapshots(lake: Lake) -> tuple[tuple[SnapshotStatus, ...], str | None]:
@@ -443,7 +457,8 @@ def _table_lines(tables: tuple[TableStatus, ...]) -> list[str]:
         if t.state != "created":
             rows.append((t.table, "-", _absent(t)))
         else:
-            rows.append((t.table, _opt(t.rows), _applied(t)))
+            dead = f"; {t.dead_letters} in _state/dead_letters" if t.dead_letters else ""
+            rows.append((t.table, _opt(t.rows), _applied(t) + dead))
     name_w, rows_w = (max(len(r[i]) for r in rows) for i in (0, 1))
     return [f"{n.ljust(name_w)}  {r.rjust(rows_w)}  {a}".rstrip() for n, r, a in rows]
 

@@ -100,7 +100,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "streaming.delay.ms": "",
     "snapshot.tables.order.by.row.count": "",
     "snapshot.new.tables": "a table added to source.tables is snapshotted by itself",
-    "event.processing.failure.handling.mode": "a change that cannot be decoded stops the run",
     "flush.lsn.source": "the slot is confirmed once changes are durably staged",
     "publish.via.partition.root": "",
     "xmin.fetch.interval.ms": "",

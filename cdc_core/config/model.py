@@ -31,6 +31,7 @@ SnapshotMode = Literal["initial", "always", "initial_only", "no_data", "when_nee
 JarsMode = Literal["resolve", "provided"]
 ReaderMode = Literal["stream", "sql"]
 AutocreateMode = Literal["filtered", "all_tables", "disabled"]
+FailureMode = Literal["fail", "warn", "skip"]
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
                "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}  # fmt: skip
 
@@ -1061,6 +1062,16 @@ class SilverConfig:
         default="json",
         metadata=meta("hstore as a JSON string, or as map<string,string>",
                       key="hstore.handling.mode", debezium="hstore.handling.mode"),
+    )  # fmt: skip
+    event_processing_failure_handling_mode: FailureMode = field(
+        default="fail",
+        metadata=meta("a change silver cannot apply (a key value its silver type cannot hold, a "
+                      "value it cannot read): fail stops that table's mirror there (the others "
+                      "go on); warn and skip apply the rest of the batch and write the change "
+                      "to the Delta table _state/dead_letters, warn logging a line per change, "
+                      "skip a count per table",
+                      key="event.processing.failure.handling.mode",
+                      debezium="event.processing.failure.handling.mode"),
     )  # fmt: skip
     column_propagate_source_type: RegexList = field(
         default=RegexList(),

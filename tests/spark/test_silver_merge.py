@@ -357,12 +357,12 @@ def test_the_typed_rows_summarise_as_bronze_does(spark: SparkSession) -> None:
             truncate, change("c", 30, after=row(2, UNAVAILABLE), unchanged=["name", "amount"]),
             change("d", 30, 1, before={"id": "1"})]  # fmt: skip
     aggregates = _summary_aggregates(unchanged="_unchanged", staged_file="_staged_file")
-    typed_rows, found = typed_with(parsed(bronze(spark, rows), shape()), shape(),
-                                   SilverSettings().modes, aggregates)  # fmt: skip
+    typing = typed_with(parsed(bronze(spark, rows), shape()), shape(),
+                        SilverSettings().modes, aggregates)  # fmt: skip
     from_bronze = _summary(bronze(spark, rows))
     assert from_bronze == (5, (30, 1), (25, 2, 24), ["amount", "name"], 1)
-    assert _read_summary(found) == from_bronze
-    assert typed_rows.count() == 5
+    assert _read_summary(typing.found) == from_bronze
+    assert typing.rows.count() == 5
 
 
 def test_a_column_named_with_a_dot_and_a_backtick_is_typed_and_merged(

@@ -749,3 +749,23 @@ def test_no_signal_channel_and_an_empty_signal_file_are_refused(tmp_path: Path) 
     assert "name a channel: source, file or both" in message
     message = load_error(tmp_path, with_snapshot("signal.file: ' '\n"))
     assert "snapshot.signal.file: the path is empty" in message
+
+
+def test_a_change_silver_cannot_apply_fails_unless_told_otherwise(tmp_path: Path) -> None:
+    config = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert config.pipeline.silver.event_processing_failure_handling_mode == "fail"
+    warned = CONTRACT + "silver:\n  event.processing.failure.handling.mode: warn\n"
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, warned), environ={})
+    assert config.pipeline.silver.event_processing_failure_handling_mode == "warn"
+
+
+def test_a_failure_handling_mode_debezium_lacks_is_refused_with_the_choices(
+    tmp_path: Path,
+) -> None:
+    message = load_error(
+        tmp_path, CONTRACT + "silver:\n  event.processing.failure.handling.mode: skpi\n"
+    )
+    assert message == (
+        "pipelines/orders.yaml: silver.event.processing.failure.handling.mode: 'skpi' is not "
+        "one of fail, warn, skip (did you mean 'skip'?)"
+    )

@@ -364,3 +364,16 @@ def test_a_negative_query_timeout_is_refused_naming_the_property(
     assert code == 2
     assert err.startswith("error: connector.json: database.query.timeout.ms: -1 is negative")
     assert not (home / "pipelines").exists()
+
+
+def test_the_failure_handling_mode_carries_over_to_silver(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    props = BASE | {"event.processing.failure.handling.mode": "warn"}
+    code, out, _ = run(capsys, write_json(home, props))
+    assert code == 0
+    silver = pipeline_data(home)["silver"]
+    assert silver == {"event.processing.failure.handling.mode": "warn"}
+    assert "unsupported 0, unknown 0" in out
+    config = load_pipeline("shop", home=home, environ={"SHOP_PG_PASSWORD": "x"})
+    assert config.pipeline.silver.event_processing_failure_handling_mode == "warn"

@@ -21,6 +21,7 @@ from cdc_core.delta_log import (
     newest_record,
     newest_version,
     read_table,
+    rows_by_partition,
 )
 from cdc_core.errors import ConfigError
 from cdc_core.lake import Lake
@@ -346,6 +347,7 @@ def test_the_json_form_has_stable_snake_case_keys() -> None:
     assert data["tables"][0] == {
         "table": "public.orders", "state": "created", "rows": 200, "version": 4,
         "applied_lsn": "0/16B3748", "applied_seq": 5, "staged_end": None, "error": None,
+        "dead_letters": 0,
     }  # fmt: skip
     assert data["tables"][1]["state"] == "not_created"
     assert data["last_batch"]["freshness_max_s"] == 3.5
@@ -432,3 +434,33 @@ def test_a_fail_threshold_must_be_above_the_warning(tmp_path: Path) -> None:
     write_pipeline(tmp_path, f"{SOURCE}\nretained_wal_fail: 512MiB")
     with pytest.raises(ConfigError, match=r"retained_wal_fail.*not above retained_wal_warn"):
         load_pipeline("p", "local", home=tmp_path)
+
+
+def test_rows_per_partition_come_from_the_live_files(tmp_path: Path) -> None:
+    def part(path: str, records: int, table: str) -> dict[str, object]:
+        return add(path, records) | {"partitionValues": {"source_table": table}}
+
+    commit(tmp_path, 0, {"add": part("a.parquet", 2, "public.a")},
+           {"add": part("b.parquet", 1, "public.b")})  # fmt: skip
+    commit(tmp_path, 1, {"add": part("c.parquet", 3, "public.a")},
+           {"remove": {"path": "b.parquet"}})  # fmt: skip
+
+    assert rows_by_partition(tmp_path, "source_table") == {"public.a": 5}
+    assert rows_by_partition(tmp_path / "nope", "source_table") is None
+
+
+def test_a_table_with_dead_letters_says_how_many() -> None:
+    held = st.TableStatus("public.orders", "created", 200, 4, "0/16B3748", 5, dead_letters=3)
+
+    assert st.format_status(sample(tables=(held,))).splitlines()[12] == (
+        "public.orders   200  0/16B3748 #5; 3 in _state/dead_letters"
+    )
+
+
+def test_dead_letters_are_counted_per_table_and_none_without_the_table(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    assert st.read_dead_letters(lake) == {}
+    part = add("a.parquet", 2) | {"partitionValues": {"source_table": "public.periods"}}
+    commit(tmp_path / "_state" / "dead_letters", 0, {"add": part})
+
+    assert st.read_dead_letters(lake) == {"public.periods": 2}

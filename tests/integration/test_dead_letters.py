@@ -1,0 +1,63 @@
+"""event.processing.failure.handling.mode end to end: a key silver cannot hold goes to the
+dead-letter table under warn, once, even when the run dies between it and the mirror's MERGE."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cdc_core.identifiers import TableName
+from tests.integration.conftest import PgServer
+from tests.integration.harness import ROOT, make_pipeline, sql
+
+PERIODS = TableName("public", "periods")
+WARN = "silver:\n  event.processing.failure.handling.mode: warn\n"
+
+
+def test_a_key_silver_cannot_hold_is_set_aside_once_and_the_rest_applied(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE periods (id int, valid_to date, note text, PRIMARY KEY (id, valid_to))")
+    p = make_pipeline(tmp_path, dsn, [PERIODS.qualified], extra=WARN)
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO periods VALUES (1, '2024-01-01', 'closed'), (2, 'infinity', 'open')",
+        "INSERT INTO periods VALUES (3, '2024-03-01', 'closed')",
+        "UPDATE periods SET note = 'reopened' WHERE id = 1")  # fmt: skip
+
+    # killed once the dead letter is written, before the mirror's MERGE moves its watermark
+    killed = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
+        env=p.env() | {"CDC_FAULT": "silver.dead_letters"}, cwd=p.home, capture_output=True,
+        text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert "fault injected: silver.dead_letters@1" in killed.stderr, killed.stderr[-2000:]
+    letters = spark.read.format("delta").load(p.lake.dead_letters)
+    assert letters.count() == 1
+    assert spark.read.format("delta").load(p.lake.silver(PERIODS)).count() == 0
+
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "public.periods: change at LSN" in run.stderr
+    assert "key column valid_to holds 'infinity'" in run.stderr
+    mirror = spark.read.format("delta").load(p.lake.silver(PERIODS))
+    assert sorted((r["id"], str(r["valid_to"]), r["note"]) for r in mirror.collect()) == [
+        (1, "2024-01-01", "reopened"), (3, "2024-03-01", "closed"),
+    ]  # fmt: skip
+    (letter,) = spark.read.format("delta").load(p.lake.dead_letters).collect()
+    assert (letter["source_table"], letter["op"], letter["seq"]) == ("public.periods", "c", 1)
+    assert letter["values"] == {"id": "2", "valid_to": "infinity", "note": "open"}
+    assert letter["lsn"] > 0
+    assert letter["commit_lsn"] >= letter["lsn"]
+    assert letter["reason"] == (
+        "key column valid_to holds 'infinity', which its silver type (date) cannot hold"
+    )
+
+    sql(dsn, "UPDATE periods SET note = 'later' WHERE id = 3")
+    assert p.ingest().returncode == 0
+    assert spark.read.format("delta").load(p.lake.dead_letters).count() == 1  # nothing again
+    status = p.cdc("status", "--pipeline", "p")
+    assert "1 in _state/dead_letters" in status.stdout, status.stdout + status.stderr

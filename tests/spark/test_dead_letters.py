@@ -1,0 +1,169 @@
+"""Changes silver cannot apply: refused by the typing (warn, skip) and kept in the dead-letter
+table once, however often their batch runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cdc_core import dead_letters
+from cdc_core.envelope import BRONZE
+from cdc_core.lake import Lake
+from cdc_core.pg.pgoutput import ReplicaIdentity
+from cdc_core.pgtypes import DEFAULT_MODES, ColumnType, SilverType
+from cdc_core.silver_batch import REFUSED, key_refusal, parsed, typed_with
+from cdc_core.silver_shape import SilverColumn, TableShape
+
+SHAPE = TableShape(
+    "public", "periods",
+    (SilverColumn("id", ColumnType("int4", "b", -1, False), SilverType("int"), "integer"),
+     SilverColumn("valid_to", ColumnType("date", "b", -1, False), SilverType("date"), "date"),
+     SilverColumn("n", ColumnType("int4", "b", -1, False), SilverType("int"), "integer")),
+    ("id", "valid_to"), ReplicaIdentity.DEFAULT,
+)  # fmt: skip
+
+
+def change(op: str, lsn: int, seq: int, values: dict[str, str]) -> dict[str, object]:
+    text = json.dumps(values)
+    return {
+        "op": op, "after": None if op == "d" else text, "before": text if op == "d" else None,
+        "unchanged": [], "source": {"ts_us": 1_700_000_000_000_000, "lsn": lsn + seq, "txId": 7},
+        "commit_lsn": lsn, "seq": seq, "source_table": "public.periods", "staged_file": "f",
+    }  # fmt: skip
+
+
+def bronze(spark: SparkSession, rows: list[dict[str, object]]) -> DataFrame:
+    full = [{f.name: r.get(f.name) for f in BRONZE.fields} for r in rows]
+    for r in full:
+        given = r["source"] or {}
+        r["source"] = {f.name: given.get(f.name) for f in BRONZE["source"].dataType.fields}  # type: ignore[attr-defined]
+    return spark.createDataFrame(full, BRONZE)
+
+
+GOOD = change("c", 100, 0, {"id": "1", "valid_to": "2024-01-01", "n": "5"})
+INFINITE = change("c", 100, 1, {"id": "2", "valid_to": "infinity", "n": "6"})
+UNREADABLE = change("c", 200, 0, {"id": "3", "valid_to": "2024-02-02", "n": "six"})
+
+
+def test_a_key_silver_cannot_hold_still_stops_the_typing_by_default(spark: SparkSession) -> None:
+    with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps the worker's ValueError
+        typed_with(parsed(bronze(spark, [GOOD, INFINITE]), SHAPE), SHAPE, DEFAULT_MODES, [])
+    assert key_refusal(e.value) == (
+        "table public.periods: key column valid_to holds 'infinity', which its silver type "
+        "(date) cannot hold, so its changes could not be matched by key. The mirror stops "
+        "here; other tables go on. To move on, key the table by columns whose values silver "
+        "holds (message.key.columns), or choose a mode that keeps the column's text, or leave "
+        "the table out, or set silver.event.processing.failure.handling.mode to warn or skip "
+        "(such changes then go to the dead-letter table _state/dead_letters)"
+    )
+
+
+def test_refused_changes_are_flagged_with_their_reason_and_every_value_s_text(
+    spark: SparkSession,
+) -> None:
+    rows = bronze(spark, [GOOD, INFINITE, UNREADABLE])
+    typing = typed_with(parsed(rows, SHAPE), SHAPE, DEFAULT_MODES, [], refusals=True)
+
+    assert typing.refused == 2
+    got = typing.rows.select(
+        "_cdc_lsn",
+        "_cdc_seq",
+        "id",
+        "n",
+        F.array_sort(F.map_entries("_cdc_raw")).alias("raw"),
+        REFUSED,
+    )  # fmt: skip (a map cannot be compared: its entries, sorted, can)
+    expected = spark.createDataFrame(
+        [(100, 0, 1, 5, [], None),
+         (100, 1, 2, 6, [("id", "2"), ("n", "6"), ("valid_to", "infinity")],
+          "key column valid_to holds 'infinity', which its silver type (date) cannot hold"),
+         (200, 0, None, None, [("id", "3"), ("n", "six"), ("valid_to", "2024-02-02")],
+          "column n: cannot read 'six' as its type: invalid literal for int() with base 10: "
+          "'six'")],
+        got.schema,
+    )  # fmt: skip
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_batch_without_refused_changes_counts_none_and_keeps_every_row(
+    spark: SparkSession,
+) -> None:
+    typing = typed_with(parsed(bronze(spark, [GOOD]), SHAPE), SHAPE, DEFAULT_MODES, [],
+                        refusals=True)  # fmt: skip
+    assert typing.refused == 0
+    assert [(r["id"], r[REFUSED]) for r in typing.rows.collect()] == [(1, None)]
+
+
+def letters(spark: SparkSession, rows: list[dict[str, object]]) -> DataFrame:
+    typing = typed_with(parsed(bronze(spark, rows), SHAPE), SHAPE, DEFAULT_MODES, [],
+                        refusals=True)  # fmt: skip
+    return dead_letters.dead_letters(typing.rows, "public.periods")
+
+
+def test_a_dead_letter_holds_the_change_s_position_op_values_and_reason(
+    spark: SparkSession,
+) -> None:
+    got = letters(spark, [GOOD, INFINITE]).drop("commit_ts", "change_hash", "recorded_at")
+    assert [r.asDict() for r in got.collect()] == [{
+        "source_table": "public.periods", "op": "c", "commit_lsn": 100, "seq": 1, "lsn": 101,
+        "tx_id": 7, "old_key": None, "values": {"id": "2", "valid_to": "infinity", "n": "6"},
+        "reason": "key column valid_to holds 'infinity', which its silver type (date) cannot "
+                  "hold",
+    }]  # fmt: skip
+
+
+def test_recording_the_same_dead_letters_again_adds_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    lake = Lake(str(tmp_path))
+    first = letters(spark, [GOOD, INFINITE, UNREADABLE])
+    assert dead_letters.record(spark, lake, first, "public.periods") == 2
+    again = letters(spark, [GOOD, INFINITE, UNREADABLE, change("d", 300, 0, {"id": "2", "valid_to": "infinity", "n": "6"})])  # fmt: skip
+    assert dead_letters.record(spark, lake, again, "public.periods") == 1
+
+    stored = spark.read.format("delta").load(lake.dead_letters)
+    assert sorted((r["commit_lsn"], r["seq"], r["op"]) for r in stored.collect()) == [
+        (100, 1, "c"), (200, 0, "c"), (300, 0, "d"),
+    ]  # fmt: skip
+
+
+def test_snapshot_reads_at_one_position_are_told_apart_by_their_values(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    reads = [change("r", 50, -1, {"id": str(i), "valid_to": "-infinity", "n": "0"})
+             for i in (1, 2)]  # fmt: skip
+    lake = Lake(str(tmp_path))
+    assert dead_letters.record(spark, lake, letters(spark, reads), "public.periods") == 2
+    assert dead_letters.record(spark, lake, letters(spark, reads), "public.periods") == 0
+    stored = spark.read.format("delta").load(lake.dead_letters)
+    assert stored.select(F.col("values")["id"].alias("id")).orderBy("id").collect() == [
+        ("1",), ("2",),
+    ]  # fmt: skip
+
+
+def test_warn_logs_each_change_with_its_lsn_and_skip_only_a_count(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = letters(spark, [GOOD, INFINITE, UNREADABLE])
+    with caplog.at_level(logging.INFO, logger="cdc_core.dead_letters"):
+        dead_letters.report("public.periods", rows, "warn", 2)
+    assert [r.getMessage() for r in caplog.records] == [
+        "public.periods: change at LSN 0/65 (commit 0/64, #1, op c) skipped, in "
+        "_state/dead_letters: key column valid_to holds 'infinity', which its silver type "
+        "(date) cannot hold",
+        "public.periods: change at LSN 0/C8 (commit 0/C8, #0, op c) skipped, in "
+        "_state/dead_letters: column n: cannot read 'six' as its type: invalid literal for "
+        "int() with base 10: 'six'",
+    ]  # fmt: skip
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cdc_core.dead_letters"):
+        dead_letters.report("public.periods", rows, "skip", 0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "public.periods: 2 changes silver cannot apply skipped (0 new in _state/dead_letters)"
+    ]
