@@ -7,7 +7,8 @@ the silver MERGE that applied it (p50, p99, max). Debezium's metric names are ke
 carry over (`MilliSecondsBehindSource`: the newest change's lag; `TotalNumberOfEventsSeen` and
 `NumberOfCommittedTransactions`: totals of this process; `SnapshotRunning`, `SnapshotPaused`,
 `SnapshotPausedDurationInSeconds`, `RowsScanned`, the snapshot's table counts, duration and
-abort; the last staged change's transaction, position and commit time; the tables captured).
+abort; the last staged change's transaction, position and commit time; the tables captured;
+`NumberOfErroneousEvents`: changes silver set aside as dead letters, a total of this process).
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class Totals:
     snapshot_completed: bool = False  # a snapshot read to its end since, and none begun after
     snapshot_aborted: bool = False  # a snapshot stopped since, and none under way after
     snapshot_seconds: int | None = None  # how long the last snapshot ran (or has been running)
+    erroneous: int = 0  # changes silver set aside (dead letters, under warn or skip)
     batches: int = 0
     table_flushed: float | None = None  # monotonic time of the last metrics-table append
 
@@ -253,6 +255,9 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
      "updates staged by this process"),
     ("cdc_total_number_of_delete_events_seen", "TotalNumberOfDeleteEventsSeen", "counter",
      "deletes staged by this process"),
+    ("cdc_number_of_erroneous_events", "NumberOfErroneousEvents", "counter",
+     "changes silver set aside in _state/dead_letters by this process (failure handling warn, "
+     "skip)"),
     ("cdc_snapshot_running", "SnapshotRunning", "gauge", "1 while a snapshot is being read"),
     ("cdc_snapshot_completed", "SnapshotCompleted", "gauge",
      "1 once this process has read a snapshot to its end (0 again while a new one runs)"),
@@ -354,7 +359,7 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("LastEvent", "timestamp"), ("MilliSecondsSinceLastEvent", "bigint"),
     ("CapturedTables", "array<string>"), ("TotalTableCount", "bigint"),
     ("RemainingTableCount", "bigint"), ("SnapshotAborted", "boolean"),
-    ("SnapshotDurationInSeconds", "bigint"),
+    ("SnapshotDurationInSeconds", "bigint"), ("NumberOfErroneousEvents", "bigint"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
 METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds

@@ -10,6 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
+from cdc_core.metrics import last_batch
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ROOT, make_pipeline, sql
 
@@ -43,6 +44,9 @@ def test_a_key_silver_cannot_hold_is_set_aside_once_and_the_rest_applied(
     assert run.returncode == 0, run.stderr[-2000:]
     assert "public.periods: change at LSN" in run.stderr
     assert "key column valid_to holds 'infinity'" in run.stderr
+    line = last_batch(p.lake)
+    assert line is not None
+    assert line["NumberOfErroneousEvents"] == 1  # Debezium's counter: the one dead letter
     mirror = spark.read.format("delta").load(p.lake.silver(PERIODS))
     assert sorted((r["id"], str(r["valid_to"]), r["note"]) for r in mirror.collect()) == [
         (1, "2024-01-01", "reopened"), (3, "2024-03-01", "closed"),

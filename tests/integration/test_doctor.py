@@ -103,12 +103,14 @@ def test_a_well_set_up_source_passes_every_check(pg: PgServer, shop: str, tmp_pa
     assert failed(report) == []
     assert report.ok
     assert [c.name for c in report.checks] == [
-        "connect", "server_version", "wal_level", "max_replication_slots", "max_wal_senders",
+        "connect", "server_version", "primary", "wal_level", "max_replication_slots",
+        "max_wal_senders",
         "replication_role", "replication_connection", "publication", "slot",
         "table public.customers", "table public.orders",
         "replica_identity public.customers", "replica_identity public.orders", "encoding",
     ]  # fmt: skip
     assert {c.status for c in report.checks} == {"pass"}
+    assert check(report, "primary").detail == "not in recovery"
     assert check(report, "replication_role").detail == '"cdc_lake" has REPLICATION'
     assert check(report, "replica_identity public.orders").detail == 'primary key ("id")'
     assert format_report(report).endswith(f"{len(report.checks)} passed, 0 failed")

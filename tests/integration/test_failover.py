@@ -81,6 +81,15 @@ def test_failover_to_a_promoted_standby_resnapshots_under_when_needed(
         sql(old_dsn, "DELETE FROM items WHERE id BETWEEN 30 AND 39",
             "UPDATE notes SET body = 'before failover' WHERE id = 7")  # fmt: skip
         _wait_replayed(old, standby)
+        # pointed at the standby before the promotion, the doctor (and so a run) refuses it
+        p.edit(f"port={old.port}", f"port={standby.port}")
+        doctor = p.cdc("doctor", "--pipeline", "p")
+        assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+        assert "FAIL  primary" in doctor.stdout
+        assert "the server is a standby (in recovery)" in doctor.stdout
+        refused = p.ingest("--capture-only")
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert "primary: the server is a standby (in recovery)" in refused.stderr
         old.stop()  # the primary fails; never ingested: these changes exist only in the WAL
         standby._run(["pg_ctl", "promote", "-w", "-t", "60", "-D", str(standby.data_dir)])
         new_dsn = standby.dsn(db)
@@ -91,9 +100,8 @@ def test_failover_to_a_promoted_standby_resnapshots_under_when_needed(
             slots = conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()
         assert slots == [], "pg_basebackup carries no replication slot"
 
-        # Runbook step: point source.dsn at the new primary (role, grants and password came
-        # with the physical copy).
-        p.edit(f"port={old.port}", f"port={standby.port}")
+        # Runbook step: source.dsn points at the new primary (edited above; role, grants and
+        # password came with the physical copy).
         failed = p.ingest()
         assert failed.returncode == 1, failed.stderr[-3000:]
         assert f"error: pipeline p: replication slot {p.slot} does not exist; " in failed.stderr

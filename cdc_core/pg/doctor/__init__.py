@@ -108,6 +108,7 @@ def _not_run(source: SourceConfig, why: str) -> list[Check]:
 
 _STEPS: tuple[tuple[str, Callable[[Context], Check | list[Check]]], ...] = (
     ("server_version", server.server_version),
+    ("primary", server.primary),
     ("wal_level", server.wal_level),
     ("max_replication_slots", server.max_replication_slots),
     ("max_wal_senders", server.max_wal_senders),

@@ -22,6 +22,24 @@ def server_version(ctx: Context) -> Check:
     return Check("server_version", "fail", detail, "upgrade PostgreSQL to 14 or newer")
 
 
+def primary(ctx: Context) -> Check:
+    """A standby (a server in recovery) cannot serve capture: the slot, the publication, the
+    logical messages of snapshots and heartbeats and each capture's transaction id are all
+    written on the primary."""
+    row = ctx.conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    if not (row and row[0]):
+        return Check("primary", "pass", "not in recovery")
+    detail = (
+        "the server is a standby (in recovery): capture writes on the primary (its slot, the "
+        "publication, logical messages and transaction ids)"
+    )
+    fix = (
+        "point source.dsn at the primary (after a failover, see docs/runbooks.md: Failover "
+        "to a new primary)"
+    )
+    return Check("primary", "fail", detail, fix)
+
+
 def wal_level(ctx: Context) -> Check:
     level = catalog.settings(ctx.conn, ["wal_level"])["wal_level"]
     if level.value == "logical":
