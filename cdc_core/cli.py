@@ -167,6 +167,35 @@ def _snapshot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _accept_lost_position(args: argparse.Namespace) -> int:
+    from cdc_core.config import load_pipeline
+    from cdc_core.lake import Lake
+    from cdc_core.lost_position import request_accept, stored_position
+    from cdc_core.pg.connect import connect
+    from cdc_core.pg.slot import slot_state
+    from cdc_core.state import check_owner
+
+    config = load_pipeline(args.pipeline, args.env)
+    source = config.pipeline.source
+    lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+    check_owner(lake, config.pipeline.name)
+    stored = stored_position(lake)
+    if stored is None:
+        print(f"pipeline {args.pipeline} has no stored position yet: nothing to accept")
+        return EXIT_OK
+    with connect(source.dsn) as conn:
+        slot = slot_state(conn, source.slot)
+    if slot is not None and slot.wal_status != "lost" and slot.confirmed_flush <= stored:
+        print(f"slot {source.slot} still has the stored position {stored}: nothing to accept")
+        return EXIT_OK
+    path = request_accept(lake, source.slot, stored)
+    print(f"recorded ({path}): no change was made after {stored}. The next run of pipeline "
+          f"{args.pipeline} goes on from the slot's position (a lost or missing slot is "
+          "created anew) without a snapshot; changes made after that position and before it "
+          "are not read")  # fmt: skip
+    return EXIT_OK
+
+
 def _validate(args: argparse.Namespace) -> int:
     from cdc_core.config import load_pipeline
     from cdc_core.identifiers import TableName
@@ -272,6 +301,17 @@ def _add_import_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.set_defaults(run=_import_debezium)
 
 
+def _add_accept_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "accept-lost-position",
+        help="after a drain (writes stopped, e.g. for pg_upgrade): go on from a new slot "
+        "without a snapshot when the stored position is gone",
+    )
+    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
+    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p.set_defaults(run=_accept_lost_position)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -303,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="a blocking snapshot (Debezium's type=blocking) instead of incremental",
     )
     p.set_defaults(run=_snapshot)
+
+    _add_accept_parser(sub)
 
     p = sub.add_parser("validate", help="prove each silver mirror equals its source; data quality")
     p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")

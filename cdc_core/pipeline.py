@@ -486,5 +486,6 @@ def _merge_results(first: list[TableResult], second: list[TableResult]) -> list[
     for r in first + second:
         old = totals.get(r.table)
         changes = r.changes + (old.changes if old else 0)
-        totals[r.table] = TableResult(r.table, changes, r.error)  # the later pass's verdict
+        dead = r.dead_letters + (old.dead_letters if old else 0)
+        totals[r.table] = TableResult(r.table, changes, r.error, dead)  # the later's verdict
     return list(totals.values())

@@ -40,7 +40,9 @@ class Decision:
 _GONE = (
     "the slot no longer has the stored position (its WAL was removed, or the slot was dropped "
     "or recreated): changes are missing. Set snapshot.mode: when_needed to take a new "
-    "snapshot automatically, or always"
+    "snapshot automatically, or always. Only if no change was made since the pipeline last "
+    "read the slot (writes stopped and the pipeline drained, as before a pg_upgrade), run cdc "
+    "accept-lost-position to go on from a new slot without a snapshot"
 )
 
 

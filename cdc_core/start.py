@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from cdc_core import lost_position
 from cdc_core.config import Config
 from cdc_core.drift import Drift, catalog_entries, drifts
 from cdc_core.errors import TerminalError
@@ -84,6 +85,15 @@ def start(config: Config, lake: Lake) -> RunStart:
     stopped = {j.id for j in jobs if j.stopped}
     with connect(source.dsn, values=True) as conn:
         state = _start_state(conn, config, lake, jobs)
+        stored = lost_position.stored_position(lake)
+        if lost_position.accepted(lake, stored) and stored is not None:
+            if state.stored_position and not state.position_available:  # the operator's word:
+                lost_position.forgo(conn, config.pipeline.name, source.slot, lake, stored)
+                state = StartState(True, state.snapshot_unfinished, position_available=True)
+            else:
+                log.info("the stored position %s is still available: the accept-lost-position "
+                         "request has nothing to accept; removed", stored)  # fmt: skip
+                lost_position.done(lake)
         decision = decide(config.pipeline.snapshot.mode, state)
         if decision.fail:
             why = _slot_trouble(slot_state(conn, source.slot), source.slot)
@@ -116,6 +126,7 @@ def start(config: Config, lake: Lake) -> RunStart:
             write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
         if slot is not None and read_json(stream_file(lake)) is None:  # after planning: a run
             record_confirmed(lake, source.slot, slot.confirmed_flush)  # that dies first starts over
+            lost_position.done(lake)  # an accepted loss: the slot's position is the lake's now
     reset = any(d.reset for d in drifted)
     aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)

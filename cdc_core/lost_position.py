@@ -1,0 +1,101 @@
+"""Going on from a new slot without a snapshot, when an operator says nothing was missed.
+
+A run whose stored stream position is gone (the slot was dropped, lost its WAL, or was
+recreated) stops under `snapshot.mode` initial and no_data, and re-reads every table under
+when_needed and always: the changes between the stored position and the new slot are missing,
+and nothing else can bring them back. When the operator knows there were none (writes stopped
+and the pipeline drained before a `pg_upgrade`, a failover or a slot dropped by hand),
+`cdc accept-lost-position` records that for the position the lake holds now; the next run then
+takes the slot's position as its own (a lost slot is dropped, a missing one created) and
+streams on without a snapshot. The request names the stored position it was made for, so it
+never accepts a later loss, and it is refused when the server's WAL is behind the stored
+position: that is not the history the lake followed (a cluster restored or loaded anew), and
+its positions would sort before what silver holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+
+from cdc_core.errors import TerminalError
+from cdc_core.lake import Lake
+from cdc_core.lsn import Lsn
+from cdc_core.pg.slot import SlotState, slot_state
+from cdc_core.state import read_json, stream_file, write_json
+from cdc_core.storage import Location
+
+log = logging.getLogger("cdc_core.lost_position")
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+def accept_file(lake: Lake) -> Location:
+    return lake.state / "accept_lost_position.json"
+
+
+def stored_position(lake: Lake) -> Lsn | None:
+    stored = read_json(stream_file(lake))
+    return Lsn.parse(str(stored["confirmed"])) if isinstance(stored, dict) else None
+
+
+def request_accept(lake: Lake, slot: str, stored: Lsn) -> Location:
+    """Record the operator's word that no change was made after `stored` (`cdc
+    accept-lost-position`); the next run acts on it."""
+    path = accept_file(lake)
+    write_json(path, {"slot": slot, "stored": str(stored), "requested_us": time.time_ns() // 1000})
+    return path
+
+
+def accepted(lake: Lake, stored: Lsn | None) -> bool:
+    """Whether a request stands for the position stored now; a request made for another one
+    (an older loss, since resolved) is removed, never applied to this one."""
+    request = read_json(accept_file(lake))
+    if not isinstance(request, dict):
+        return False
+    if stored is None or str(request.get("stored")) != str(stored):
+        log.info("an accept-lost-position request for %s does not apply to the stored position "
+                 "%s; removed", request.get("stored"), stored)  # fmt: skip
+        done(lake)
+        return False
+    return True
+
+
+def done(lake: Lake) -> None:
+    accept_file(lake).unlink(missing_ok=True)
+
+
+def forgo(conn: Conn, pipeline: str, slot_name: str, lake: Lake, stored: Lsn) -> None:
+    """Give up the stored position for the slot's: a lost slot is dropped (the run creates a
+    new one), a recreated one kept, and the stored position removed, so the run records the
+    slot's. Refused when the server's WAL is behind `stored`."""
+    slot = slot_state(conn, slot_name)
+    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    current = Lsn.parse(str(row[0]))
+    if current < stored:
+        raise TerminalError(
+            f"pipeline {pipeline}: cdc accept-lost-position: the server's WAL position {current} "
+            f"is behind the stored position {stored}, so this is not the WAL history the lake "
+            "followed (a cluster restored or loaded anew): its changes would sort before what "
+            "silver holds. Take a new snapshot instead: snapshot.mode when_needed"
+        )
+    log.warning(
+        "pipeline %s: the stored position %s is gone (%s); accepted by cdc "
+        "accept-lost-position: the run goes on from the slot's position without a snapshot, "
+        "and changes made after %s and before it were never read", pipeline, stored,
+        _what(slot, slot_name), stored,
+    )  # fmt: skip
+    if slot is not None and slot.wal_status == "lost":
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot_name,))
+    stream_file(lake).unlink(missing_ok=True)
+
+
+def _what(slot: SlotState | None, name: str) -> str:
+    if slot is None:
+        return f"slot {name} does not exist; a new one is created"
+    if slot.wal_status == "lost":
+        return f"slot {name} lost its WAL; it is dropped and a new one created"
+    return f"slot {name} is ahead of it, at {slot.confirmed_flush}; it is kept"
