@@ -173,7 +173,8 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
     from cdc_core.lost_position import request_accept, stored_position
     from cdc_core.pg.connect import connect
     from cdc_core.pg.slot import slot_state
-    from cdc_core.state import check_owner
+    from cdc_core.start import holds_position
+    from cdc_core.state import check_owner, read_json, stream_file
 
     config = load_pipeline(args.pipeline, args.env)
     source = config.pipeline.source
@@ -185,7 +186,7 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
         return EXIT_OK
     with connect(source.dsn) as conn:
         slot = slot_state(conn, source.slot)
-    if slot is not None and slot.wal_status != "lost" and slot.confirmed_flush <= stored:
+    if holds_position(slot, read_json(stream_file(lake))):
         print(f"slot {source.slot} still has the stored position {stored}: nothing to accept")
         return EXIT_OK
     path = request_accept(lake, source.slot, stored)

@@ -49,18 +49,10 @@ def request_accept(lake: Lake, slot: str, stored: Lsn) -> Location:
     return path
 
 
-def accepted(lake: Lake, stored: Lsn | None) -> bool:
-    """Whether a request stands for the position stored now; a request made for another one
-    (an older loss, since resolved) is removed, never applied to this one."""
+def requested(lake: Lake) -> Lsn | None:
+    """The stored position an `accept-lost-position` request was made for, if one stands."""
     request = read_json(accept_file(lake))
-    if not isinstance(request, dict):
-        return False
-    if stored is None or str(request.get("stored")) != str(stored):
-        log.info("an accept-lost-position request for %s does not apply to the stored position "
-                 "%s; removed", request.get("stored"), stored)  # fmt: skip
-        done(lake)
-        return False
-    return True
+    return Lsn.parse(str(request["stored"])) if isinstance(request, dict) else None
 
 
 def done(lake: Lake) -> None:

@@ -85,15 +85,9 @@ def start(config: Config, lake: Lake) -> RunStart:
     stopped = {j.id for j in jobs if j.stopped}
     with connect(source.dsn, values=True) as conn:
         state = _start_state(conn, config, lake, jobs)
-        stored = lost_position.stored_position(lake)
-        if lost_position.accepted(lake, stored) and stored is not None:
-            if state.stored_position and not state.position_available:  # the operator's word:
-                lost_position.forgo(conn, config.pipeline.name, source.slot, lake, stored)
-                state = StartState(True, state.snapshot_unfinished, position_available=True)
-            else:
-                log.info("the stored position %s is still available: the accept-lost-position "
-                         "request has nothing to accept; removed", stored)  # fmt: skip
-                lost_position.done(lake)
+        asked = lost_position.requested(lake)
+        if asked is not None:
+            state = _accept_request(conn, config, lake, state, asked)
         decision = decide(config.pipeline.snapshot.mode, state)
         if decision.fail:
             why = _slot_trouble(slot_state(conn, source.slot), source.slot)
@@ -136,17 +130,43 @@ def _start_state(conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
     stored = read_json(stream_file(lake))
     initial = [j for j in jobs if j.kind == "initial"]
     slot = slot_state(conn, config.pipeline.source.slot)
-    available = slot is not None and slot.wal_status != "lost"
-    if available and stored is not None:  # a slot ahead of what we confirmed was recreated
-        assert slot is not None
-        available = stored.get("slot") == slot.name and slot.confirmed_flush <= Lsn.parse(
-            str(stored["confirmed"])
-        )
     return StartState(
         stored_position=stored is not None or any(j.finished for j in initial),
         snapshot_unfinished=any(not j.finished for j in initial),
-        position_available=available,
+        position_available=holds_position(slot, stored),
     )
+
+
+def holds_position(slot: SlotState | None, stored: object) -> bool:
+    """Whether `slot` still has the stored position (`_state/stream.json`, None before the
+    first one): it exists, has its WAL, and is not ahead of it (a slot ahead of what this
+    pipeline confirmed was recreated, or another reader confirmed changes it never read)."""
+    if slot is None or slot.wal_status == "lost":
+        return False
+    if not isinstance(stored, dict):
+        return True
+    return stored.get("slot") == slot.name and slot.confirmed_flush <= Lsn.parse(
+        str(stored["confirmed"])
+    )
+
+
+def _accept_request(
+    conn: Conn, config: Config, lake: Lake, state: StartState, asked: Lsn
+) -> StartState:
+    """An `accept-lost-position` request made for `asked`: applied when that is the stored
+    position and it is gone, removed unused otherwise (never applied to another loss)."""
+    stored = lost_position.stored_position(lake)
+    if stored != asked:
+        log.info("an accept-lost-position request for %s does not apply to the stored position "
+                 "%s; removed", asked, stored)  # fmt: skip
+    elif state.stored_position and not state.position_available:  # the operator's word
+        lost_position.forgo(conn, config.pipeline.name, config.pipeline.source.slot, lake, asked)
+        return StartState(True, state.snapshot_unfinished, position_available=True)
+    else:
+        log.info("the stored position %s is still available: the accept-lost-position request "
+                 "has nothing to accept; removed", stored)  # fmt: skip
+    lost_position.done(lake)
+    return state
 
 
 def _slot_trouble(slot: SlotState | None, name: str) -> str:

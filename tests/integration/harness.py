@@ -119,3 +119,16 @@ def ingest_ok(p: Pipeline) -> str:
     run = p.ingest()
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout
+
+
+def resnapshot_when_needed(p: Pipeline) -> str:
+    """The runbooks' way out of a lost position: `snapshot.mode` from initial to when_needed,
+    then one run that must start a new slot and a new snapshot; its output."""
+    p.edit("mode: initial", "mode: when_needed")
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (
+        f"slot {p.slot} lost the stored position: starting a new slot and a new snapshot"
+        in run.stderr
+    )
+    return run.stdout
