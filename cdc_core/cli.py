@@ -172,7 +172,7 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
     from cdc_core.lake import Lake
     from cdc_core.lost_position import request_accept, stored_position
     from cdc_core.pg.connect import connect
-    from cdc_core.pg.slot import slot_state
+    from cdc_core.pg.slot import slot_state, system_identifier
     from cdc_core.start import holds_position
     from cdc_core.state import check_owner, read_json, stream_file
 
@@ -185,8 +185,8 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
         print(f"pipeline {args.pipeline} has no stored position yet: nothing to accept")
         return EXIT_OK
     with connect(source.dsn) as conn:
-        slot = slot_state(conn, source.slot)
-    if holds_position(slot, read_json(stream_file(lake))):
+        slot, system = slot_state(conn, source.slot), system_identifier(conn)
+    if holds_position(slot, read_json(stream_file(lake)), system):
         print(f"slot {source.slot} still has the stored position {stored}: nothing to accept")
         return EXIT_OK
     path = request_accept(lake, source.slot, stored)

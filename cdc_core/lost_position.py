@@ -68,26 +68,31 @@ def forgo(conn: Conn, pipeline: str, slot_name: str, lake: Lake, stored: Lsn) ->
     assert row is not None
     current = Lsn.parse(str(row[0]))
     if current < stored:
+        done(lake)  # refused for good: a when_needed run must not meet it again
         raise TerminalError(
             f"pipeline {pipeline}: cdc accept-lost-position: the server's WAL position {current} "
             f"is behind the stored position {stored}, so this is not the WAL history the lake "
             "followed (a cluster restored or loaded anew): its changes would sort before what "
-            "silver holds. Take a new snapshot instead: snapshot.mode when_needed"
+            "silver holds. The request is removed; take a new snapshot instead: snapshot.mode "
+            "when_needed"
         )
     log.warning(
         "pipeline %s: the stored position %s is gone (%s); accepted by cdc "
         "accept-lost-position: the run goes on from the slot's position without a snapshot, "
         "and changes made after %s and before it were never read", pipeline, stored,
-        _what(slot, slot_name), stored,
+        _what(slot, slot_name, stored), stored,
     )  # fmt: skip
     if slot is not None and slot.wal_status == "lost":
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot_name,))
     stream_file(lake).unlink(missing_ok=True)
 
 
-def _what(slot: SlotState | None, name: str) -> str:
+def _what(slot: SlotState | None, name: str, stored: Lsn) -> str:
     if slot is None:
         return f"slot {name} does not exist; a new one is created"
     if slot.wal_status == "lost":
         return f"slot {name} lost its WAL; it is dropped and a new one created"
-    return f"slot {name} is ahead of it, at {slot.confirmed_flush}; it is kept"
+    if slot.confirmed_flush > stored:
+        return f"slot {name} is ahead of it, at {slot.confirmed_flush}; it is kept"
+    return (f"slot {name} is at {slot.confirmed_flush}, on another database cluster than the "
+            "stored position's; it is kept")  # fmt: skip

@@ -28,7 +28,13 @@ from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pg.catalog import own_rows, publication_info, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.identity import table_identity_problem
-from cdc_core.pg.slot import SlotState, ensure_publication, ensure_slot, slot_state
+from cdc_core.pg.slot import (
+    SlotState,
+    ensure_publication,
+    ensure_slot,
+    slot_state,
+    system_identifier,
+)
 from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
 from cdc_core.signal_file import FileSignal
 from cdc_core.signal_file import take_signals as take_file_signals
@@ -49,6 +55,7 @@ from cdc_core.start_publication import left_publication, record_memberships
 from cdc_core.state import (
     catalog_file,
     known_tables_file,
+    other_cluster,
     read_json,
     record_confirmed,
     schema_history,
@@ -84,13 +91,15 @@ def start(config: Config, lake: Lake) -> RunStart:
     jobs = load_jobs(lake)
     stopped = {j.id for j in jobs if j.stopped}
     with connect(source.dsn, values=True) as conn:
-        state = _start_state(conn, config, lake, jobs)
+        system = system_identifier(conn)
+        state = _start_state(conn, config, lake, jobs, system)
         asked = lost_position.requested(lake)
         if asked is not None:
             state = _accept_request(conn, config, lake, state, asked)
         decision = decide(config.pipeline.snapshot.mode, state)
         if decision.fail:
-            why = _slot_trouble(slot_state(conn, source.slot), source.slot)
+            stored = read_json(stream_file(lake))
+            why = _slot_trouble(slot_state(conn, source.slot), source.slot, stored, system)
             raise TerminalError(f"pipeline {config.pipeline.name}: {why}{decision.fail}")
         slot = None
         if decision.stream or decision.new_slot:
@@ -118,35 +127,45 @@ def start(config: Config, lake: Lake) -> RunStart:
                 jobs += _heal(conn, config, lake, drifted)
             entries = recorded | {str(t): e.to_json() for t, e in now.items()}
             write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
-        if slot is not None and read_json(stream_file(lake)) is None:  # after planning: a run
-            record_confirmed(lake, source.slot, slot.confirmed_flush)  # that dies first starts over
+        stored = read_json(stream_file(lake))
+        if slot is not None and stored is None:  # after planning: a run that dies first starts
+            record_confirmed(lake, source.slot, slot.confirmed_flush, system)  # over
             lost_position.done(lake)  # an accepted loss: the slot's position is the lake's now
+        elif slot is not None and system and isinstance(stored, dict) and "system" not in stored:
+            write_json(stream_file(lake), stored | {"system": system})  # an older version's
     reset = any(d.reset for d in drifted)
     aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
 
 
-def _start_state(conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]) -> StartState:
+def _start_state(
+    conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob], system: str | None
+) -> StartState:
     stored = read_json(stream_file(lake))
     initial = [j for j in jobs if j.kind == "initial"]
     slot = slot_state(conn, config.pipeline.source.slot)
     return StartState(
         stored_position=stored is not None or any(j.finished for j in initial),
         snapshot_unfinished=any(not j.finished for j in initial),
-        position_available=holds_position(slot, stored),
+        position_available=holds_position(slot, stored, system),
     )
 
 
-def holds_position(slot: SlotState | None, stored: object) -> bool:
+def holds_position(slot: SlotState | None, stored: object, system: str | None) -> bool:
     """Whether `slot` still has the stored position (`_state/stream.json`, None before the
-    first one): it exists, has its WAL, and is not ahead of it (a slot ahead of what this
-    pipeline confirmed was recreated, or another reader confirmed changes it never read)."""
+    first one): it exists, has its WAL, is on the cluster the position was recorded on
+    (`system`, the source's system identifier), and is not ahead of it (a slot ahead of what
+    this pipeline confirmed was recreated, or another reader confirmed changes it never read).
+    On another cluster a slot's positions are another history: one behind the stored position
+    would pass the last test, and the changes between would be taken as staged already."""
     if slot is None or slot.wal_status == "lost":
         return False
     if not isinstance(stored, dict):
         return True
-    return stored.get("slot") == slot.name and slot.confirmed_flush <= Lsn.parse(
-        str(stored["confirmed"])
+    return (
+        stored.get("slot") == slot.name
+        and not other_cluster(stored, system)
+        and slot.confirmed_flush <= Lsn.parse(str(stored["confirmed"]))
     )
 
 
@@ -169,8 +188,15 @@ def _accept_request(
     return state
 
 
-def _slot_trouble(slot: SlotState | None, name: str) -> str:
+def _slot_trouble(slot: SlotState | None, name: str, stored: object, system: str | None) -> str:
     """What happened to the slot, for the error that stops the run."""
+    recorded = other_cluster(stored, system)
+    if recorded is not None:
+        return (f"the source is another database cluster than the one the stored position was "
+                f"read from (system identifier {system}, the lake's {recorded}): pg_upgrade, a "
+                "restored dump or a new server make a new cluster, whose WAL positions are a "
+                f"history of their own, so slot {name} there cannot hold the lake's "
+                "position; ")  # fmt: skip
     if slot is None:
         return f"replication slot {name} does not exist; "
     if slot.wal_status == "lost":
@@ -178,7 +204,8 @@ def _slot_trouble(slot: SlotState | None, name: str) -> str:
                 "it still needed, see max_slot_wal_keep_size); ")  # fmt: skip
     return (f"replication slot {name} is ahead of this pipeline's stored position (it was "
             "recreated, or another pipeline or connector reads the same slot and confirmed "
-            "changes this one never read: give each its own source.slot); ")  # fmt: skip
+            "changes this one never read: give each its own source.slot; or the lake was "
+            "restored from a backup older than the slot's position, runbook 7); ")  # fmt: skip
 
 
 def _warn_adopted(config: Config, lake: Lake, slot: SlotState) -> None:
@@ -208,9 +235,8 @@ def slot_missing(config: Config) -> TerminalError:
         "changes are missing; the next run starts a new slot and takes a new snapshot "
         f"(snapshot.mode {pipeline.snapshot.mode})"
     )
-    return TerminalError(
-        f"pipeline {pipeline.name}: {_slot_trouble(None, pipeline.source.slot)}{way_out}"
-    )
+    why = _slot_trouble(None, pipeline.source.slot, None, None)
+    return TerminalError(f"pipeline {pipeline.name}: {why}{way_out}")
 
 
 def _check_identities(conn: Conn, config: Config) -> None:

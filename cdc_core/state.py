@@ -77,19 +77,34 @@ def check_owner(lake: Lake, pipeline: str, *, claim: bool = False) -> None:
         )
 
 
-def record_confirmed(lake: Lake, slot: str, position: Lsn) -> None:
+def record_confirmed(lake: Lake, slot: str, position: Lsn, system: str | None = None) -> None:
     """Record the position about to be confirmed to `slot` (before confirming it). The record
     never moves back for the same slot: the slot may already be confirmed up to it (a run
     confirms past WAL that holds nothing captured, beyond its last staged file, and the next
-    run starts from that file), and a slot found ahead of the record reads as recreated."""
+    run starts from that file), and a slot found ahead of the record reads as recreated.
+    `system`: the identifier of the cluster the slot is on (`pg_control_system()`), recorded
+    with the first position and kept by later ones."""
     stored = read_json(stream_file(lake))
-    if (
-        isinstance(stored, dict)
-        and stored.get("slot") == slot
-        and Lsn.parse(str(stored["confirmed"])) >= position
-    ):
+    same = isinstance(stored, dict) and stored.get("slot") == slot
+    known = system or (stored.get("system") if same else None)
+    if same and Lsn.parse(str(stored["confirmed"])) >= position and stored.get("system") == known:
         return
-    write_json(stream_file(lake), {"slot": slot, "confirmed": str(position)})
+    record = {"slot": slot, "confirmed": str(position)}
+    if same and Lsn.parse(str(stored["confirmed"])) > position:
+        record["confirmed"] = str(stored["confirmed"])
+    if known is not None:
+        record["system"] = str(known)
+    write_json(stream_file(lake), record)
+
+
+def other_cluster(stored: object, system: str | None) -> str | None:
+    """The system identifier the stored position was recorded on, when it is not `system`'s
+    (None when they agree, or either is unknown: positions recorded before identifiers were,
+    or a server that does not show its own)."""
+    recorded = stored.get("system") if isinstance(stored, dict) else None
+    if recorded is None or system is None or str(recorded) == system:
+        return None
+    return str(recorded)
 
 
 def known_tables_file(lake: Lake) -> Location:

@@ -25,9 +25,10 @@ from cdc_core.lsn import ZERO, Lsn
 from cdc_core.metrics import last_batch
 from cdc_core.pg.connect import connect
 from cdc_core.pg.discover import discover
+from cdc_core.pg.slot import system_identifier
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import staged_files
-from cdc_core.state import known_tables_file, read_json, stream_file
+from cdc_core.state import known_tables_file, other_cluster, read_json, stream_file
 from cdc_core.storage import Location
 
 BRONZE_WATERMARK = "bronze_staged_end"  # cdc_core.bronze.WATERMARK (bronze imports pyspark)
@@ -63,6 +64,7 @@ class SlotStatus:
 class SourceStatus:
     reachable: bool
     error: str | None = None
+    system_identifier: str | None = None  # the cluster's (None: not shown to the role)
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ def gather_status(
         idle_seconds(batch, now), stale_after_s, bronze, tables, snapshots,
         pending_files(lake, bronze.staged_end),
     )  # fmt: skip
-    problems = _problems(status, ran=stream_file(lake).exists())
+    problems = _problems(status, read_json(stream_file(lake)))
     if snapshot_problem:
         problems.append(snapshot_problem)
     warnings = _warnings(status)
@@ -209,15 +211,16 @@ def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
     try:
         with connect(dsn) as conn:
             row = conn.execute(_SLOT_QUERY, (name,)).fetchone()
+            system = system_identifier(conn)
     except CdcError as e:  # connect's TransientError already names the server
         return SourceStatus(False, str(e)), SlotStatus(name)
     except psycopg.Error as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return SourceStatus(False, f"cannot read {dsn.redacted}: {reason}"), SlotStatus(name)
     if row is None:
-        return SourceStatus(True), SlotStatus(name, exists=False)
+        return SourceStatus(True, system_identifier=system), SlotStatus(name, exists=False)
     active, pid, wal_status, confirmed, restart, retained, safe = row
-    return SourceStatus(True), SlotStatus(
+    return SourceStatus(True, system_identifier=system), SlotStatus(
         name, True, bool(active), _int(pid), _str(wal_status), _str(confirmed), _str(restart),
         _int(retained), _int(safe),
     )  # fmt: skip
@@ -306,10 +309,19 @@ def pending_files(lake: Lake, staged_end: str | None) -> PendingStatus:
     return PendingStatus(len(files), size)
 
 
-def _problems(status: PipelineStatus, *, ran: bool) -> list[str]:
-    slot, problems = status.slot, []
+def _problems(status: PipelineStatus, stored: object) -> list[str]:
+    """`stored`: `_state/stream.json` (None before the first run)."""
+    slot, problems, ran = status.slot, [], stored is not None
+    elsewhere = other_cluster(stored, status.source.system_identifier)
     if not status.source.reachable:
         problems.append(f"source unreachable: {status.source.error}")
+    elif elsewhere is not None:
+        problems.append(
+            f"the source is another database cluster (system identifier "
+            f"{status.source.system_identifier}) than the one the pipeline read (the lake's "
+            f"{elsewhere}): its slot cannot hold the lake's position; the next run stops, see "
+            "docs/runbooks.md, runbooks 1 and 4"
+        )  # fmt: skip
     elif slot.exists is False:
         problems.append(
             f"slot {slot.name} does not exist: the first run creates it" if not ran else

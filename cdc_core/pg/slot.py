@@ -188,6 +188,20 @@ def slot_state(conn: Connection, name: str) -> SlotState | None:
     )
 
 
+def system_identifier(conn: Connection) -> str | None:
+    """The database cluster's system identifier (`pg_control_system()`), which tells one
+    cluster's WAL from another's: a physical standby, promoted or not, shares its primary's;
+    `initdb`, `pg_upgrade` and a restored dump make a new one, whose LSNs are a history of
+    their own. None where the server does not let the role read it (some managed services)."""
+    try:
+        with conn.transaction():  # a savepoint inside a transaction: a refusal leaves it usable
+            row = conn.execute("SELECT system_identifier::text FROM pg_control_system()").fetchone()
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction,
+            psycopg.errors.FeatureNotSupported):  # fmt: skip
+        return None
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def ensure_slot(conn: Connection, name: str) -> SlotState:
     """Create logical slot `name` (pgoutput) if missing; refuse a slot that is not ours to use.
     Only a run's start creates it (`cdc_core.start`): what reads it later uses `usable_slot`."""

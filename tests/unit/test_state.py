@@ -6,6 +6,8 @@ from pathlib import Path
 
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.pg.slot import SlotState
+from cdc_core.start import holds_position
 from cdc_core.state import (
     pruned_positions,
     read_json,
@@ -40,3 +42,35 @@ def test_a_table_s_pruned_position_only_moves_forward(tmp_path: Path) -> None:
     assert pruned_positions(lake) == {"public.a": (500, 1), "public.b": (700, 2)}
     record_pruned(lake, {"public.a": (500, 3)})
     assert pruned_positions(lake) == {"public.a": (500, 3), "public.b": (700, 2)}
+
+
+def test_the_cluster_a_position_was_recorded_on_is_kept_with_it(tmp_path: Path) -> None:
+    """The first position (a run's start) is recorded with the source's system identifier;
+    capture's later ones, which do not read it, keep it."""
+    lake = Lake(str(tmp_path))
+    record_confirmed(lake, "s", Lsn.parse("0/3000"), "77")
+    record_confirmed(lake, "s", Lsn.parse("0/4000"))
+    assert read_json(stream_file(lake)) == {"slot": "s", "confirmed": "0/4000", "system": "77"}
+    record_confirmed(lake, "s", Lsn.parse("0/3800"))  # never back
+    assert read_json(stream_file(lake)) == {"slot": "s", "confirmed": "0/4000", "system": "77"}
+    record_confirmed(lake, "other", Lsn.parse("0/1000"))  # another slot: not known where
+    assert read_json(stream_file(lake)) == {"slot": "other", "confirmed": "0/1000"}
+
+
+def _slot(confirmed: str, wal_status: str = "reserved") -> SlotState:
+    return SlotState("s", Lsn.parse(confirmed), None, wal_status, None)
+
+
+def test_a_slot_holds_the_stored_position_only_on_the_cluster_it_was_recorded_on() -> None:
+    """A slot of the same name behind the stored position passes every other test on another
+    cluster (a fresh one's LSNs are small): reading from it would take the changes between
+    its position and the stored one for staged already, and skip them without a word."""
+    stored = {"slot": "s", "confirmed": "0/5000", "system": "77"}
+    assert holds_position(_slot("0/4000"), stored, "77")
+    assert not holds_position(_slot("0/4000"), stored, "78")
+    assert holds_position(_slot("0/4000"), stored, None)  # the server does not show it
+    assert holds_position(_slot("0/4000"), {"slot": "s", "confirmed": "0/5000"}, "78")  # older
+    assert not holds_position(_slot("0/6000"), stored, "77")  # ahead: recreated
+    assert not holds_position(_slot("0/4000", "lost"), stored, "77")
+    assert not holds_position(None, stored, "77")
+    assert holds_position(_slot("0/9000"), None, "77")  # a first run adopts the slot

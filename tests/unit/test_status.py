@@ -293,9 +293,32 @@ def test_a_position_from_a_snapshot_read_says_so() -> None:
     )
 
 
+STORED = {"slot": "orders_cdc", "confirmed": "0/16B3748", "system": "7712834643800892727"}
+
+
+def test_a_source_that_is_another_cluster_is_a_problem() -> None:
+    """A source whose system identifier is not the one the lake's position was recorded on
+    (pg_upgrade, a restored dump, source.dsn pointed elsewhere): its slot cannot hold the
+    position, whatever its own looks like; the next run stops, and status says why first."""
+    moved = sample(source=st.SourceStatus(True, system_identifier="7712834676626605414"))
+
+    problems = st._problems(moved, STORED)
+
+    assert problems == [
+        "the source is another database cluster (system identifier 7712834676626605414) than "
+        "the one the pipeline read (the lake's 7712834643800892727): its slot cannot hold the "
+        "lake's position; the next run stops, see docs/runbooks.md, runbooks 1 and 4"
+    ]
+    same = sample(source=st.SourceStatus(True, system_identifier="7712834643800892727"))
+    unknown = sample(source=st.SourceStatus(True))  # a role pg_control_system() refuses
+    older = {"slot": "orders_cdc", "confirmed": "0/16B3748"}  # recorded before identifiers
+    assert st._problems(same, STORED) == st._problems(unknown, STORED) == []
+    assert st._problems(moved, older) == []
+
+
 def test_a_missing_slot_exits_1_with_the_way_out() -> None:
     status = sample(slot=st.SlotStatus("orders_cdc", exists=False))
-    status = replace(status, problems=tuple(st._problems(status, ran=True)))
+    status = replace(status, problems=tuple(st._problems(status, STORED)))
 
     text = st.format_status(status)
 
@@ -309,7 +332,7 @@ def test_a_missing_slot_exits_1_with_the_way_out() -> None:
 def test_a_lost_slot_and_a_stale_pipeline_are_problems() -> None:
     status = sample(slot=replace(sample().slot, wal_status="lost"), idle_s=7500.0)
 
-    problems = st._problems(status, ran=True)
+    problems = st._problems(status, STORED)
 
     assert status.stale
     assert [p.split(":")[0] for p in problems] == [
@@ -321,7 +344,7 @@ def test_a_lost_slot_and_a_stale_pipeline_are_problems() -> None:
 def test_an_unreachable_source_exits_75_and_the_lake_is_still_shown() -> None:
     status = sample(source=st.SourceStatus(False, "cannot connect to PostgreSQL at x: refused"),
                     slot=st.SlotStatus("orders_cdc"))  # fmt: skip
-    status = replace(status, problems=tuple(st._problems(status, ran=True)))
+    status = replace(status, problems=tuple(st._problems(status, STORED)))
 
     text = st.format_status(status)
 
