@@ -132,10 +132,62 @@ def register(spark: SparkSession, path: str, shape: TableShape, database: str) -
     """Register the mirror in the Spark catalog as `<database>.<table>`; returns the name.
 
     `database` may use {schema}: the default `cdc_{schema}` gives `cdc_public.customers`.
+    An entry of that name the product made before (external) that points elsewhere, where the
+    lake was before it moved, is pointed at the mirror, with a warning; one the product did not
+    make (a managed table) is left alone, and the run stops naming it.
     """
     db = database.format(schema=shape.schema)
     name = f"{quoted(db)}.{quoted(shape.table)}"
+    seen = (spark.sparkContext.applicationId, name, path)
+    if seen in _REGISTERED:
+        return name
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {quoted(db)}")
     location = path.replace("'", "\\'")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{location}'")
+    create = f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{location}'"
+    spark.sql(create)
+    kind, found = _entry(spark, db, shape.table)
+    if found is not None and not same_place(found, path):
+        if kind != "EXTERNAL":
+            raise SchemaChangeError(
+                f"catalog entry {db}.{shape.table} is a {kind or 'catalog'} table at {found}, "
+                f"not the mirror of {shape.qualified} at {path}: drop or rename it, or set "
+                "catalog.database to register the mirrors elsewhere"
+            )
+        log.warning("catalog entry %s.%s pointed at %s, not at the mirror %s (the lake moved, "
+                    "or another pipeline registers the same name: give it its own "
+                    "catalog.database); it points at the mirror now", db, shape.table, found,
+                    path)  # fmt: skip
+        spark.sql(f"DROP TABLE {name}")  # an external table's entry only: no data is removed
+        spark.sql(create)
+    _REGISTERED.add(seen)
     return name
+
+
+_REGISTERED: set[tuple[str, str, str]] = set()  # (application, name, path) found in place
+
+
+def _entry(spark: SparkSession, database: str, table: str) -> tuple[str | None, str | None]:
+    """The catalog entry's type (EXTERNAL, MANAGED) and location, from the catalog alone:
+    `DESCRIBE` would read the Delta table there, and fails when the old location is gone."""
+    pattern = table.replace("'", "\\'")
+    rows = spark.sql(f"SHOW TABLE EXTENDED IN {quoted(database)} LIKE '{pattern}'").collect()
+    info = {}
+    for row in rows:
+        if str(row["tableName"]).lower() == table.lower():  # the catalog may fold case
+            for line in str(row["information"]).splitlines():
+                key, _, value = line.partition(": ")
+                info[key] = value
+    return info.get("Type"), info.get("Location")
+
+
+def same_place(a: str, b: str) -> bool:
+    """Whether two table locations name one place: `file:/x`, `file:///x` and `/x/` are `/x`."""
+    return _plain(a) == _plain(b)
+
+
+def _plain(location: str) -> str:
+    for prefix in ("file://", "file:"):
+        if location.startswith(prefix):
+            location = location[len(prefix) :]
+            break
+    return location.rstrip("/") or "/"
