@@ -12,6 +12,16 @@ _CANONICAL = re.compile(r"[a-z_][a-z0-9_$]*")
 MAX_IDENTIFIER_BYTES = 63
 
 
+_NOT_IN_CATALOG_NAMES = re.compile(r"[^A-Za-z0-9_]")
+
+
+def catalog_name(name: str) -> str:
+    """`name` as Spark's catalog can hold it: it refuses names with anything but ASCII letters,
+    digits and `_` (`INVALID_SCHEMA_OR_RELATION_NAME`), so each other character becomes `_`,
+    as Debezium's `schema.name.adjustment.mode` avro does: `Order Items` is `Order_Items`."""
+    return _NOT_IN_CATALOG_NAMES.sub("_", name)
+
+
 def _not_a_name(text: str) -> str:
     return (
         f"{text!r} is not a valid name: quote parts with spaces, dots or capitals, "

@@ -8,6 +8,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from cdc_core.identifiers import catalog_name
 from cdc_core.silver_shape import MULTISET_COLUMNS, SchemaChangeError, TableShape
 
 log = logging.getLogger(__name__)
@@ -132,12 +133,13 @@ def register(spark: SparkSession, path: str, shape: TableShape, database: str) -
     """Register the mirror in the Spark catalog as `<database>.<table>`; returns the name.
 
     `database` may use {schema}: the default `cdc_{schema}` gives `cdc_public.customers`.
+    Characters Spark's catalog refuses in names become `_` (`catalog_name`).
     An entry of that name the product made before (external) that points elsewhere, where the
     lake was before it moved, is pointed at the mirror, with a warning; one the product did not
     make (a managed table) is left alone, and the run stops naming it.
     """
-    db = database.format(schema=shape.schema)
-    name = f"{quoted(db)}.{quoted(shape.table)}"
+    db, table = catalog_name(database.format(schema=shape.schema)), catalog_name(shape.table)
+    name = f"{quoted(db)}.{quoted(table)}"
     seen = (spark.sparkContext.applicationId, name, path)
     if seen in _REGISTERED:
         return name
@@ -145,17 +147,17 @@ def register(spark: SparkSession, path: str, shape: TableShape, database: str) -
     location = path.replace("'", "\\'")
     create = f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION '{location}'"
     spark.sql(create)
-    kind, found = _entry(spark, db, shape.table)
+    kind, found = _entry(spark, db, table)
     if found is not None and not same_place(found, path):
         if kind != "EXTERNAL":
             raise SchemaChangeError(
-                f"catalog entry {db}.{shape.table} is a {kind or 'catalog'} table at {found}, "
+                f"catalog entry {db}.{table} is a {kind or 'catalog'} table at {found}, "
                 f"not the mirror of {shape.qualified} at {path}: drop or rename it, or set "
                 "catalog.database to register the mirrors elsewhere"
             )
         log.warning("catalog entry %s.%s pointed at %s, not at the mirror %s (the lake moved, "
                     "or another pipeline registers the same name: give it its own "
-                    "catalog.database); it points at the mirror now", db, shape.table, found,
+                    "catalog.database); it points at the mirror now", db, table, found,
                     path)  # fmt: skip
         spark.sql(f"DROP TABLE {name}")  # an external table's entry only: no data is removed
         spark.sql(create)

@@ -27,7 +27,7 @@ from cdc_core.config.model import (
     TargetConfig,
 )
 from cdc_core.errors import ConfigError
-from cdc_core.identifiers import TableName
+from cdc_core.identifiers import TableName, catalog_name
 
 __all__ = [
     "ByteSize",
@@ -143,7 +143,8 @@ def _check_catalog_names(pipeline: PipelineConfig, env: EnvConfig, shown: str) -
     seen: dict[tuple[str, str], TableName] = {}
     template = env.catalog.database
     for table in pipeline.source.tables:
-        name = (template.format(schema=table.schema).lower(), table.name.lower())
+        db = catalog_name(template.format(schema=table.schema))
+        name = (db.lower(), catalog_name(table.name).lower())
         other = seen.setdefault(name, table)
         if other is not table:
             way = (
@@ -155,5 +156,6 @@ def _check_catalog_names(pipeline: PipelineConfig, env: EnvConfig, shown: str) -
                 shown,
                 "catalog.database",
                 f"{template!r} registers {other} and {table} under one name, "
-                f"{name[0]}.{name[1]} (Spark's catalog ignores case): {way}",
+                f"{name[0]}.{name[1]} (Spark's catalog ignores case, and holds other "
+                f"characters than letters, digits and _ as _): {way}",
             )

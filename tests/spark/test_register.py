@@ -17,6 +17,7 @@ from cdc_core.silver_shape import SchemaChangeError, TableShape
 from cdc_core.silver_table import _entry, register, same_place
 
 SHAPE = TableShape("public", "OrderItems", (), ("id",), ReplicaIdentity.DEFAULT)
+SPACED = TableShape("Sales Dept", "Order Items", (), ("id",), ReplicaIdentity.DEFAULT)
 
 
 def mirror(spark: SparkSession, path: Path, rows: int) -> str:
@@ -67,3 +68,13 @@ def test_locations_compare_as_places() -> None:
     assert same_place("file:///lake/silver/t", "/lake/silver/t")
     assert same_place("s3://b/lake/t/", "s3://b/lake/t")
     assert not same_place("s3://b/lake/t", "s3://b/lake2/t")
+
+
+def test_names_spark_s_catalog_refuses_are_registered_with_underscores(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's catalog refuses `Order Items` (INVALID_SCHEMA_OR_RELATION_NAME), which failed
+    every batch of a pipeline capturing such a table with catalog.register on."""
+    path = mirror(spark, tmp_path / "spaced", 6)
+    assert register(spark, path, SPACED, "cdc_{schema}") == "`cdc_Sales_Dept`.`Order_Items`"
+    assert spark.sql("SELECT count(*) FROM cdc_sales_dept.order_items").first() == (6,)

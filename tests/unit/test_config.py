@@ -403,11 +403,16 @@ def test_a_catalog_database_template_is_checked_when_it_loads(
     ("tables", "database", "message"),
     [
         ("[public.orders, sales.orders]", "cdc", "'cdc' registers public.orders and sales.orders "
-         "under one name, cdc.orders (Spark's catalog ignores case): put {schema} in it"),
+         "under one name, cdc.orders (Spark's catalog ignores case, and holds other characters than "
+         "letters, digits and _ as _): put {schema} in it"),
         ('[public.orders, \'public."Orders"\']', "cdc_{schema}", "'cdc_{schema}' registers "
          "public.orders and public.\"Orders\" under one name, cdc_public.orders (Spark's catalog "
-         "ignores case): register one of them by hand, or leave one out of the pipeline"),
+         "ignores case, and holds other characters than letters, digits and _ as _): register "
+         "one of them by hand, or leave one out of the pipeline"),
         ('[public.orders, \'"Public".orders\']', "cdc_{schema}", "cdc_public.orders"),
+        ('[\'public."Order Items"\', public.order_items]', "cdc_{schema}",
+         "cdc_public.order_items"),
+        ('[\'"Sales Dept".orders\', sales_dept.orders]', "cdc_{schema}", "cdc_sales_dept.orders"),
     ],
 )  # fmt: skip
 def test_two_mirrors_registered_under_one_catalog_name_are_refused(
