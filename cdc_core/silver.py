@@ -164,7 +164,7 @@ def apply_silver(
             result = apply_table(session, lake, table, settings, frontier=frontier)
         except SchemaChangeError as e:
             result = TableResult(table.qualified, 0, str(e))
-        except Exception as e:  # a key value silver cannot hold, found on an executor
+        except Exception as e:  # a key or value silver refuses (fail), found on an executor
             refused = refusal(e)
             if refused is None:
                 raise
