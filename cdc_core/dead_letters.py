@@ -2,7 +2,9 @@
 skip), in the Delta table `_state/dead_letters`, written before the mirror's watermark passes them.
 
 A change is set aside when silver cannot apply it (`silver_batch.typed_with`'s refusals: a key
-value its silver type cannot hold, a value that is not PostgreSQL's text of its type). Its row
+value its silver type cannot hold, a value that is not PostgreSQL's text of its type; for a
+table without a key, `silver_batch.multiset_refusals`: such a value in the row a change adds
+or removes). Its row
 holds the source table, the change's position as bronze has it (`commit_lsn`, `seq`, `lsn`),
 its op, every value's text, the reason and when it was set aside. The table is partitioned by
 `source_table`, so mirrors merged at once write apart; the write is a MERGE that inserts only

@@ -164,7 +164,8 @@ class MaintenanceSummary:
 
 def maintain(config: Config) -> MaintenanceSummary:
     """Staged files, then bronze (retention, compaction, VACUUM), each silver mirror, the
-    transactions table and the metrics and notifications tables (compaction, VACUUM). On an
+    transactions table and the metrics, notifications and dead-letter tables (compaction,
+    VACUUM). On an
     object store it holds the pipeline's run lock: Delta's S3 log store is safe for one
     writing process only, so maintenance waits for ingest to finish (exit 75 while it runs)
     rather than racing its commits."""
@@ -188,7 +189,7 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
         merged = silver_positions(spark, lake, pipeline.source.tables)
         cutoff_ms = time.time_ns() // 1_000_000 - settings.bronze_retention_days * _MS_PER_DAY
         retention = retention_condition(merged, cutoff_ms)
-    targets = [("bronze", lake.bronze, BRONZE_WATERMARK)]
+    targets: list[tuple[str, str, str | None]] = [("bronze", lake.bronze, BRONZE_WATERMARK)]
     targets += [(f"silver {t.qualified}", lake.silver(t), SILVER_WATERMARK)
                 for t in pipeline.source.tables]  # fmt: skip
     if pipeline.source.provide_transaction_metadata or DeltaTable.isDeltaTable(
@@ -211,14 +212,19 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
 
 def control_tables(
     spark: SparkSession, lake: Lake, sink_topic: str | None
-) -> list[tuple[str, str, str]]:
+) -> list[tuple[str, str, str | None]]:
     """The Delta tables under `_state` that grow with every run: the metrics table (a commit a
-    minute under `--continuous`, a small file each) and, with the notification sink on, the
-    notifications table. Only those that exist: neither is created by maintenance."""
-    tables = [("metrics", metrics_table(lake), METRICS_WATERMARK)]
+    minute under `--continuous`, a small file each), with the notification sink on the
+    notifications table, and the dead-letter table (a commit per mirror and batch that sets
+    changes aside; no watermark: its MERGE inserts what it does not hold). Only those that
+    exist: none is created by maintenance."""
+    tables: list[tuple[str, str, str | None]] = [
+        ("metrics", metrics_table(lake), METRICS_WATERMARK)
+    ]
     if sink_topic is not None:
         tables.append(("notifications", notifications_table(lake, sink_topic),
                        NOTIFICATIONS_WATERMARK))  # fmt: skip
+    tables.append(("dead_letters", lake.dead_letters, None))
     return [t for t in tables if DeltaTable.isDeltaTable(spark, t[1])]
 
 
@@ -232,13 +238,14 @@ def check(summary: MaintenanceSummary) -> None:
 
 
 def maintain_table(
-    spark: SparkSession, name: str, path: str, key: str, run: RunSettings, *,
+    spark: SparkSession, name: str, path: str, key: str | None, run: RunSettings, *,
     delete: Column | None = None, before_delete: Callable[[DataFrame], None] | None = None,
 ) -> TableReport:  # fmt: skip
     """DELETE `delete` (if given; `before_delete` sees the rows it is about to take), OPTIMIZE,
     VACUUM; each its own Delta transaction. Left alone while the stage's newest watermark
-    (`key`) is deep enough in the history that these commits could push it out of reach."""
-    depth = watermark_depth(spark, path, key)
+    (`key`; None: the table has none) is deep enough in the history that these commits could
+    push it out of reach."""
+    depth = watermark_depth(spark, path, key) if key is not None else None
     if depth is not None and depth + COMMITS_PER_TABLE > HISTORY_DEPTH - HEADROOM:
         return TableReport(name, skipped=f"its newest {key} watermark is {depth} commits back; "
                            "maintenance waits until the next ingest commit to it")  # fmt: skip

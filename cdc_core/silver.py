@@ -33,10 +33,11 @@ from cdc_core.reset_marker import RESET_PREFIX
 from cdc_core.silver_batch import (
     REFUSED,
     after_position,
-    key_refusal,
     keyed_source,
+    multiset_refusals,
     multiset_source,
     parsed,
+    refusal,
     typed,
     typed_with,
 )
@@ -163,8 +164,8 @@ def apply_silver(
             result = apply_table(session, lake, table, settings, frontier=frontier)
         except SchemaChangeError as e:
             result = TableResult(table.qualified, 0, str(e))
-        except Exception as e:  # a key value silver cannot hold, found on an executor
-            refused = key_refusal(e)
+        except Exception as e:  # a key or value silver refuses (fail), found on an executor
+            refused = refusal(e)
             if refused is None:
                 raise
             result = TableResult(table.qualified, 0, refused)
@@ -226,23 +227,40 @@ def apply_table(
             )
     if reads and not shape.key:  # a snapshot of a table without a key replaces its content
         _empty(spark, path, settings, version=end[0], watermark=after, marks=marks)
+    typed_rows, set_aside = _applicable(
+        spark, lake, table, batch, shape, typed_rows=typed_rows,
+        refused=ready.refused if ready is not None else 0, settings=settings,
+    )  # fmt: skip
+    only_reads = shape.key and reads == changes and truncated is None
+    if not (only_reads and _append_reads(spark, lake, path, typed_rows, shape, end=end,
+                                         settings=settings, marks=marks)):  # fmt: skip
+        _merge(spark, path, shape, typed_rows, end=end, settings=settings, unsent=unsent,
+               reads=reads > 0, marks=marks)  # fmt: skip
+    return TableResult(table.qualified, changes, dead_letters=set_aside)
+
+
+def _applicable(
+    spark: SparkSession, lake: Lake, table: TableName, batch: DataFrame, shape: TableShape, *,
+    typed_rows: DataFrame | None, refused: int, settings: SilverSettings,
+) -> tuple[DataFrame, int]:  # fmt: skip
+    """The batch's changes silver applies (a keyed table's typed, `typed_rows` when already
+    typed with `refused` refusals; a multiset's parsed) and how many it set aside (warn, skip),
+    those recorded in the dead-letter table before the watermark passes them."""
     refusals = settings.failure_handling != "fail"
-    refused = ready.refused if ready is not None else 0
-    if typed_rows is None and shape.key:
+    if not shape.key:
+        changes = parsed(batch, shape)
+        if not refusals:
+            return changes, 0
+        found = multiset_refusals(changes, shape, settings.modes)
+        if not found.count:
+            return found.kept, 0
+        return found.kept, _record(spark, lake, table, found.refused, settings)
+    if typed_rows is None:
         typing = typed_with(parsed(batch, shape), shape, settings.modes, [], refusals=refusals)
         typed_rows, refused = typing.rows, typing.refused
-    set_aside = 0
-    if typed_rows is not None and refusals:  # recorded before the watermark passes them
-        typed_rows, set_aside = _set_aside(
-            spark, lake, table, typed_rows, refused=refused, settings=settings
-        )
-    only_reads = shape.key and reads == changes and truncated is None
-    if not (only_reads and typed_rows is not None
-            and _append_reads(spark, lake, path, typed_rows, shape, end=end, settings=settings,
-                              marks=marks)):  # fmt: skip
-        _merge(spark, path, shape, batch if typed_rows is None else typed_rows, end=end,
-               settings=settings, unsent=unsent, reads=reads > 0, marks=marks)  # fmt: skip
-    return TableResult(table.qualified, changes, dead_letters=set_aside)
+    if not refusals:
+        return typed_rows, 0
+    return _set_aside(spark, lake, table, typed_rows, refused=refused, settings=settings)
 
 
 def _set_aside(
@@ -250,15 +268,25 @@ def _set_aside(
     settings: SilverSettings,
 ) -> tuple[DataFrame, int]:  # fmt: skip
     """The typed changes without those the typing refused (`refused` of them, maybe some
-    before a TRUNCATE), which go to the dead-letter table first (those it holds already are
-    not added again) and are logged; and how many the batch set aside."""
+    before a TRUNCATE), which go to the dead-letter table first (`_record`); and how many the
+    batch set aside."""
     if not refused:
         return typed_rows.drop(REFUSED), 0
+    count = _record(spark, lake, table, typed_rows, settings)
+    return typed_rows.where(F.col(REFUSED).isNull()).drop(REFUSED), count
+
+
+def _record(
+    spark: SparkSession, lake: Lake, table: TableName, typed_rows: DataFrame,
+    settings: SilverSettings,
+) -> int:  # fmt: skip
+    """Write the refused typed changes to the dead-letter table (those it holds already are
+    not added again) and log them; how many the batch set aside."""
     rows = dead_letters.dead_letters(typed_rows, table.qualified).localCheckpoint()
     inserted = dead_letters.record(spark, lake, rows, table.qualified)
     faults.point("silver.dead_letters")
     dead_letters.report(table.qualified, rows, settings.failure_handling, inserted)
-    return typed_rows.where(F.col(REFUSED).isNull()).drop(REFUSED), rows.count()
+    return rows.count()
 
 
 def _refuse_partial_rebuild(lake: Lake, table: TableName, summary: Summary | None) -> None:
@@ -453,14 +481,14 @@ def _merge(
     marks: dict[str, object],
 ) -> None:  # fmt: skip
     """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark (and
-    `marks`). `batch`: a keyed table's typed changes, a multiset's bronze rows."""
+    `marks`). `batch`: a keyed table's typed changes, a multiset's parsed changes."""
     before = table_version(spark, path)
     record = {WATERMARK: list(end)} | marks
     with committing(spark, record, app_id=MERGE_APP, version=end[0]):
         if shape.key:
             merge_typed(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
         else:
-            merge_changes(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
+            merge_multiset(spark, path, shape, batch, settings, reads=reads)
         if table_version(spark, path) == before:  # nothing to change: record the watermark alone
             spark.sql(f"ALTER TABLE {sql_name(path)} SET TBLPROPERTIES ('cdc.watermark' = "
                       f"'{end[0]}/{end[1]}')")  # fmt: skip
@@ -515,13 +543,22 @@ def merge_changes(
         changes = typed(values, shape, settings.modes)  # materialized: typed once
         merge_typed(spark, path, shape, changes, settings, unsent=unsent, reads=reads)
     else:
-        target = DeltaTable.forPath(spark, path)
-        view = None
-        if reads:
-            first = batch.where(F.col("op") == "r").select("read_view").first()
-            view = first["read_view"].asDict() if first and first["read_view"] else None
-        source = typed(multiset_source(values, shape, view), shape, settings.modes)
-        _multiset_merge(target, source, shape, settings).execute()
+        merge_multiset(spark, path, shape, values, settings, reads=reads)
+
+
+def merge_multiset(
+    spark: SparkSession, path: str, shape: TableShape, values: DataFrame,
+    settings: SilverSettings, *, reads: bool = True,
+) -> None:  # fmt: skip
+    """`merge_changes` for the changes of a table without a key, already parsed
+    (`silver_batch.parsed`): typed after they are counted per row."""
+    target = DeltaTable.forPath(spark, path)
+    view = None
+    if reads:
+        first = values.where(F.col("op") == "r").select("_read_view").first()
+        view = first["_read_view"].asDict() if first and first["_read_view"] else None
+    source = typed(multiset_source(values, shape, view), shape, settings.modes)
+    _multiset_merge(target, source, shape, settings).execute()
 
 
 def merge_typed(

@@ -25,7 +25,7 @@ from cdc_core.silver_shape import TableShape, arrow_type, describe, spark_type
 from cdc_core.silver_table import quoted
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
-         "_cdc_delta", "_xid", "_read_view", "_staged_file", "_lsn"]  # fmt: skip
+         "_cdc_delta", "_xid", "_read_view", "_staged_file", "_lsn", "_cdc_change"]  # fmt: skip
 _XID_SPAN = 1 << 32
 
 
@@ -137,6 +137,48 @@ def multiset_source(
 
 
 REFUSED = "_cdc_refused"  # with `refusals`: why silver cannot apply the change, else NULL
+_CHANGE = "_cdc_change"  # a change of a table without a key, by its content
+
+
+@dataclass(frozen=True)
+class Refused:
+    """`multiset_refusals`' result: the changes silver can apply (`parsed`'s columns), those it
+    cannot as typed changes with `REFUSED` (`dead_letters.dead_letters` reads them), how many."""
+
+    kept: DataFrame
+    refused: DataFrame
+    count: int
+
+
+def multiset_refusals(values: DataFrame, shape: TableShape, modes: TypeModes) -> Refused:
+    """The parsed changes of a table without a key that silver cannot apply, set apart from the
+    rest: a value, of the row a change adds or of the row an update removes, that is not
+    PostgreSQL's text of its type (the multiset source types them only after grouping, where a
+    refusal could no longer be told to a change). A verdict depends on the change's content
+    alone, so identical changes share theirs. The changes are materialized, read once."""
+    changes = values.withColumn(
+        _CHANGE, F.sha2(F.to_json(F.struct("op", "_values", "_before")), 256)
+    ).localCheckpoint()
+    adds = typed_with(changes, shape, modes, [], refusals=True)
+    updates = changes.where(F.col("op") == "u").withColumn("_values", F.col("_before"))
+    removes = typed_with(updates, shape, modes, [], refusals=True)
+    if not adds.refused and not removes.refused:
+        return Refused(changes.drop(_CHANGE), changes.limit(0), 0)
+    added = adds.rows.where(F.col(REFUSED).isNotNull()).select(_CHANGE, REFUSED)
+    removed = removes.rows.where(F.col(REFUSED).isNotNull()).select(
+        _CHANGE, F.concat(F.lit("old row: "), F.col(REFUSED)).alias(REFUSED)
+    )
+    reasons = added.unionByName(removed.join(added, _CHANGE, "left_anti")).dropDuplicates([_CHANGE])
+    names = [c.name for c in shape.columns]
+    text = F.create_map(*[x for n in names for x in (F.lit(n), F.col("_values").getField(n))])
+    refused = changes.join(reasons, _CHANGE).select(
+        F.col("op").alias("_cdc_op"), F.col("commit_lsn").alias("_cdc_lsn"),
+        F.col("seq").alias("_cdc_seq"), "_lsn", "_xid",
+        F.timestamp_micros("_commit_ts_us").alias("_cdc_commit_ts"), "_old_key_json",
+        F.map_filter(text, lambda _, v: v.isNotNull()).alias("_cdc_raw"), REFUSED,
+    )  # fmt: skip
+    kept = changes.join(reasons, _CHANGE, "left_anti").drop(_CHANGE)
+    return Refused(kept, refused, refused.count())
 
 
 def typed(changes: DataFrame, shape: TableShape, modes: TypeModes) -> DataFrame:
@@ -279,7 +321,7 @@ def _convert_batches(
                     out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, old_raw))
             except ValueError as e:  # not PostgreSQL's text of the type
                 if not refusals:
-                    raise
+                    raise ValueError(unreadable_value(shape, str(e))) from e
                 reason = _blanked(out, typed_names, i, e)
             held = [(n, raw[n]) for n in key & raw.keys()] + list(old_raw.items())
             if held and reason is None:  # a key silver cannot hold: the row could not be matched
@@ -313,6 +355,7 @@ def _key_held(shape: TableShape, name: str, text: str, *, refusals: bool) -> str
 
 
 _KEY_REFUSED = "cdc-lake refuses the key: "
+_VALUE_REFUSED = "cdc-lake refuses a value: "
 
 
 def held_key(shape: TableShape, name: str, text: str) -> str:
@@ -337,14 +380,26 @@ def unrepresentable_key(shape: TableShape, name: str, text: str) -> str:
     )
 
 
-def key_refusal(error: BaseException) -> str | None:
-    """The message of an `unrepresentable_key` refusal raised on an executor, if `error` is one
-    (Spark wraps it in a Python worker's traceback)."""
+def unreadable_value(shape: TableShape, reason: str) -> str:
+    """Why a value that is not PostgreSQL's text of its type stops the mirror (`reason` names
+    the column and the value): silver never guesses around it."""
+    return (
+        f"{_VALUE_REFUSED}table {shape.qualified}: {reason}. The mirror stops here; other "
+        "tables go on. To move on, leave the table out, or set "
+        "silver.event.processing.failure.handling.mode to warn or skip (such changes then go "
+        "to the dead-letter table _state/dead_letters)"
+    )
+
+
+def refusal(error: BaseException) -> str | None:
+    """The message of an `unrepresentable_key` or `unreadable_value` refusal raised on an
+    executor, if `error` is one (Spark wraps it in a Python worker's traceback)."""
     text = str(error)
-    at = text.find(_KEY_REFUSED)
-    if at < 0:
-        return None
-    return text[at + len(_KEY_REFUSED) :].splitlines()[0]
+    for marker in (_KEY_REFUSED, _VALUE_REFUSED):
+        at = text.find(marker)
+        if at >= 0:
+            return text[at + len(marker) :].splitlines()[0]
+    return None
 
 
 def _value(convert: object, text: str | None, name: str, raw: dict[str, str]) -> object:

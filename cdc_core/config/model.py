@@ -1109,7 +1109,8 @@ class MaintenanceConfig:
     optimize: bool = field(
         default=True,
         metadata=meta("compact small files (Delta OPTIMIZE) of bronze, every silver mirror, "
-                      "the transactions table and the metrics and notifications tables"),
+                      "the transactions table and the metrics, notifications and dead-letter "
+                      "tables"),
     )  # fmt: skip
     vacuum: bool = field(
         default=True,

@@ -1,5 +1,6 @@
 """event.processing.failure.handling.mode end to end: a key silver cannot hold goes to the
-dead-letter table under warn, once, even when the run dies between it and the mirror's MERGE."""
+dead-letter table under warn, once, even when the run dies between it and the mirror's MERGE;
+a table without a key under warn is mirrored exactly."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
 from cdc_core.metrics import last_batch
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ROOT, make_pipeline, sql
+from tests.integration.mirror import assert_mirror_equals_source
 
 PERIODS = TableName("public", "periods")
 WARN = "silver:\n  event.processing.failure.handling.mode: warn\n"
@@ -65,3 +68,25 @@ def test_a_key_silver_cannot_hold_is_set_aside_once_and_the_rest_applied(
     assert spark.read.format("delta").load(p.lake.dead_letters).count() == 1  # nothing again
     status = p.cdc("status", "--pipeline", "p")
     assert "1 in _state/dead_letters" in status.stdout, status.stdout + status.stderr
+
+
+def test_a_table_without_a_key_under_warn_is_mirrored_exactly_with_nothing_set_aside(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """PostgreSQL sends only its own text, so a real source gives a multiset nothing to refuse
+    (the refusals themselves: tests/spark/test_dead_letters.py); warn still checks each change
+    apart from the rest, and leaves identical rows, updates and deletes as they were."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE bag (a int, b text)", "ALTER TABLE bag REPLICA IDENTITY FULL")
+    p = make_pipeline(tmp_path, dsn, ["public.bag"], extra=WARN)
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO bag VALUES (1, 'x'), (1, 'x'), (2, 'y'), (3, NULL), (3, NULL)",
+        "UPDATE bag SET b = 'z' WHERE ctid = (SELECT ctid FROM bag WHERE a = 1 LIMIT 1)",
+        "DELETE FROM bag WHERE ctid = (SELECT ctid FROM bag WHERE a = 3 LIMIT 1)")  # fmt: skip
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "bag")) == 4
+    line = last_batch(p.lake)
+    assert line is not None
+    assert line["NumberOfErroneousEvents"] == 0
+    assert not DeltaTable.isDeltaTable(spark, p.lake.dead_letters)

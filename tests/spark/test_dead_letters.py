@@ -1,5 +1,5 @@
 """Changes silver cannot apply: refused by the typing (warn, skip) and kept in the dead-letter
-table once, however often their batch runs."""
+table once, however often their batch runs; a table without a key's too."""
 
 from __future__ import annotations
 
@@ -9,15 +9,20 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_core import dead_letters
+from cdc_core import dead_letters, faults
+from cdc_core.bronze import record_schema
 from cdc_core.envelope import BRONZE
+from cdc_core.events import ColumnDescriptor, RelationDescriptor
+from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import DEFAULT_MODES, ColumnType, SilverType
-from cdc_core.silver_batch import REFUSED, key_refusal, parsed, typed_with
+from cdc_core.silver import SilverSettings, apply_silver, apply_table
+from cdc_core.silver_batch import REFUSED, parsed, refusal, typed_with
 from cdc_core.silver_shape import SilverColumn, TableShape
 
 SHAPE = TableShape(
@@ -54,13 +59,26 @@ UNREADABLE = change("c", 200, 0, {"id": "3", "valid_to": "2024-02-02", "n": "six
 def test_a_key_silver_cannot_hold_still_stops_the_typing_by_default(spark: SparkSession) -> None:
     with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps the worker's ValueError
         typed_with(parsed(bronze(spark, [GOOD, INFINITE]), SHAPE), SHAPE, DEFAULT_MODES, [])
-    assert key_refusal(e.value) == (
+    assert refusal(e.value) == (
         "table public.periods: key column valid_to holds 'infinity', which its silver type "
         "(date) cannot hold, so its changes could not be matched by key. The mirror stops "
         "here; other tables go on. To move on, key the table by columns whose values silver "
         "holds (message.key.columns), or choose a mode that keeps the column's text, or leave "
         "the table out, or set silver.event.processing.failure.handling.mode to warn or skip "
         "(such changes then go to the dead-letter table _state/dead_letters)"
+    )
+
+
+def test_a_value_silver_cannot_read_stops_the_typing_by_default_naming_the_table(
+    spark: SparkSession,
+) -> None:
+    with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps the worker's ValueError
+        typed_with(parsed(bronze(spark, [GOOD, UNREADABLE]), SHAPE), SHAPE, DEFAULT_MODES, [])
+    assert refusal(e.value) == (
+        "table public.periods: column n: cannot read 'six' as its type: invalid literal for "
+        "int() with base 10: 'six'. The mirror stops here; other tables go on. To move on, "
+        "leave the table out, or set silver.event.processing.failure.handling.mode to warn or "
+        "skip (such changes then go to the dead-letter table _state/dead_letters)"
     )
 
 
@@ -167,3 +185,93 @@ def test_warn_logs_each_change_with_its_lsn_and_skip_only_a_count(
     assert [r.getMessage() for r in caplog.records] == [
         "public.periods: 2 changes silver cannot apply skipped (0 new in _state/dead_letters)"
     ]
+
+
+TALLY = TableName("public", "tally")  # no primary key: a multiset (REPLICA IDENTITY FULL)
+TALLY_RELATION = RelationDescriptor(
+    1, 1, "public", "tally", ReplicaIdentity.FULL,
+    (ColumnDescriptor("name", 25, -1, "text", True, "text"),
+     ColumnDescriptor("n", 23, -1, "integer", True, "int4")),
+    (),
+)  # fmt: skip
+
+
+def tally(
+    op: str, lsn: int, seq: int, after: dict[str, str] | None, before: dict[str, str] | None = None
+) -> dict[str, object]:
+    return {
+        "op": op, "after": None if after is None else json.dumps(after),
+        "before": None if before is None else json.dumps(before), "unchanged": [],
+        "source": {"ts_us": 1_700_000_000_000_000, "lsn": lsn + seq, "txId": 7},
+        "commit_lsn": lsn, "seq": seq, "source_table": TALLY.qualified, "staged_file": "f",
+    }  # fmt: skip
+
+
+TALLY_CHANGES = [
+    tally("c", 100, 0, {"name": "a", "n": "1"}),
+    tally("c", 100, 1, {"name": "b", "n": "six"}),  # refused: not an integer's text
+    tally("c", 100, 2, {"name": "b", "n": "6"}),
+    tally("u", 200, 0, {"name": "a", "n": "2"}, {"name": "a", "n": "1"}),
+    tally("u", 200, 1, {"name": "c", "n": "7"}, {"name": "c", "n": "seven"}),  # its old row
+    tally("d", 300, 0, None, {"name": "b", "n": "six"}),  # removes the refused row: refused
+]
+
+
+def tally_lake(
+    spark: SparkSession, tmp_path: Path, changes: list[dict[str, object]] = TALLY_CHANGES
+) -> Lake:
+    lake = Lake(str(tmp_path))
+    record_schema(lake, TALLY_RELATION, 0)
+    bronze(spark, changes).write.format("delta").save(lake.bronze)
+    return lake
+
+
+def mirror(spark: SparkSession, lake: Lake) -> list[tuple[object, ...]]:
+    rows = spark.read.format("delta").load(lake.silver(TALLY)).collect()
+    return sorted((r["name"], r["n"], r["_cdc_count"]) for r in rows)
+
+
+def test_a_table_without_a_key_sets_aside_what_it_cannot_type_once_before_its_merge(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    lake = tally_lake(spark, tmp_path)
+    warn = SilverSettings(failure_handling="warn")
+
+    def crash() -> None:
+        raise RuntimeError("killed after the dead letters")
+
+    with faults.hooked("silver.dead_letters", crash), pytest.raises(RuntimeError):
+        apply_table(spark, lake, TALLY, warn)
+    assert not DeltaTable.isDeltaTable(spark, lake.silver(TALLY)) or mirror(spark, lake) == []
+    assert spark.read.format("delta").load(lake.dead_letters).count() == 3  # written first
+    result = apply_table(spark, lake, TALLY, warn)  # the batch again: nothing recorded twice
+
+    assert (result.changes, result.dead_letters, result.error) == (6, 3, None)
+    assert mirror(spark, lake) == [("a", 2, 1), ("b", 6, 1)]
+    stored = spark.read.format("delta").load(lake.dead_letters).orderBy("commit_lsn", "seq")
+    assert [(r["source_table"], r["op"], r["commit_lsn"], r["seq"], r["values"], r["reason"])
+            for r in stored.collect()] == [
+        ("public.tally", "c", 100, 1, {"name": "b", "n": "six"},
+         "column n: cannot read 'six' as its type: invalid literal for int() with base 10: "
+         "'six'"),
+        ("public.tally", "u", 200, 1, {"name": "c", "n": "7"},
+         "old row: column n: cannot read 'seven' as its type: invalid literal for int() with "
+         "base 10: 'seven'"),
+        ("public.tally", "d", 300, 0, {"name": "b", "n": "six"},
+         "column n: cannot read 'six' as its type: invalid literal for int() with base 10: "
+         "'six'"),
+    ]  # fmt: skip
+
+
+def test_a_table_without_a_key_under_fail_stops_alone_naming_table_column_and_value(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    lake = tally_lake(spark, tmp_path, TALLY_CHANGES[:3])  # one value it cannot read
+    (result,) = apply_silver(spark, lake, [TALLY], SilverSettings())
+    assert result.error == (
+        "table public.tally: column n: cannot read 'six' as its type: invalid literal for "
+        "int() with base 10: 'six'. The mirror stops here; other tables go on. To move on, "
+        "leave the table out, or set silver.event.processing.failure.handling.mode to warn or "
+        "skip (such changes then go to the dead-letter table _state/dead_letters)"
+    )
+    assert not DeltaTable.isDeltaTable(spark, lake.dead_letters)

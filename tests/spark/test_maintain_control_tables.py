@@ -1,5 +1,6 @@
 """jobs/maintain.py compacts and vacuums the control tables that grow with every run: the
-metrics table and the notifications table; their catch-up still appends each line once after."""
+metrics table and the notifications table (their catch-up still appends each line once after),
+and the dead-letter table."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdc_core import dead_letters
 from cdc_core.config.model import MaintenanceConfig
 from cdc_core.lake import Lake
 from cdc_core.maintenance import RunSettings, control_tables, maintain_table
@@ -90,3 +92,37 @@ def test_the_control_tables_are_compacted_and_vacuumed_and_catch_up_once_after(
     assert sorted(r[0] for r in metrics_rows) == [1, 2, 3, 5]
     seqs = spark.read.format("delta").load(paths["notifications"]).select("seq").collect()
     assert sorted(r[0] for r in seqs) == [1, 2, 3, 4]
+
+
+def test_the_dead_letter_table_is_compacted_and_vacuumed_once_it_exists(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    lake = Lake(str(tmp_path))
+    assert control_tables(spark, lake, None) == []  # no change set aside yet: nothing to maintain
+    letter = {
+        "source_table": "public.periods", "op": "c", "seq": 0, "lsn": 1, "tx_id": 7,
+        "commit_ts": None, "old_key": None, "values": {"id": "2"}, "reason": "a reason",
+        "change_hash": "h", "recorded_at": None,
+    }  # fmt: skip
+    for n in range(1, 4):  # a MERGE, and a small file, per batch that sets changes aside
+        rows = spark.createDataFrame([letter | {"commit_lsn": n}], dead_letters.SCHEMA)
+        assert dead_letters.record(spark, lake, rows, "public.periods") == 1
+    assert control_tables(spark, lake, None) == [("dead_letters", lake.dead_letters, None)]
+    assert files(spark, lake.dead_letters) == 3
+
+    settings = MaintenanceConfig(vacuum_retention_hours=0, vacuum_retention_check=False)
+    run = RunSettings(settings, {"maintenance": "t"}, {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    })  # fmt: skip
+    report = maintain_table(spark, "dead_letters", lake.dead_letters, None, run)
+
+    assert (report.compacted, report.conflict, report.skipped) == ((3, 1), None, None)
+    assert report.vacuumed, report.describe()
+    assert files(spark, lake.dead_letters) == 1
+    ops = [h["operation"] for h in DeltaTable.forPath(spark, lake.dead_letters).history().collect()]
+    assert {"OPTIMIZE", "VACUUM END"} <= set(ops), ops
+    stored = spark.read.format("delta").load(lake.dead_letters).select("commit_lsn").collect()
+    assert sorted(r[0] for r in stored) == [1, 2, 3]
+    again = spark.createDataFrame([letter | {"commit_lsn": 2}], dead_letters.SCHEMA)
+    assert dead_letters.record(spark, lake, again, "public.periods") == 0  # still held once
