@@ -57,13 +57,14 @@ class CaptureSummary:
     end_position: Lsn  # the WAL flush position read at start (--once stops there)
     confirmed: Lsn
     seconds: float
+    filtered: int = 0  # changes read and dropped on purpose (Debezium's NumberOfEventsFiltered)
 
     def plus(self, later: CaptureSummary) -> CaptureSummary:
         """This capture and a later one of the same run, as one."""
         return CaptureSummary(
             self.transactions + later.transactions, self.changes + later.changes,
             self.files + later.files, later.end_position, later.confirmed,
-            self.seconds + later.seconds,
+            self.seconds + later.seconds, self.filtered + later.filtered,
         )  # fmt: skip
 
     def describe(self) -> str:
@@ -161,7 +162,7 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
         floor=floor,
     )
     stager.recover()
-    counts = [0, 0]
+    counts = [0, 0, 0]  # transactions, changes, changes filtered
     for attempt in range(settings.retries + 1):
         try:
             with transient_failures():  # a catalog query cut off too, not only the stream
@@ -186,7 +187,7 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
         log.warning("could not check the slot's confirmed position (%s)", e)
         confirmed = stager.durable_end()
     return CaptureSummary(counts[0], counts[1], tuple(stager.published), end, confirmed,
-                          time.monotonic() - started)  # fmt: skip
+                          time.monotonic() - started, counts[2])  # fmt: skip
 
 
 def _capture_until(
@@ -220,6 +221,7 @@ def _capture_until(
         try:
             with contextlib.closing(reader.events(end)) as events:  # a peek left unread ends here
                 _Run(assembler, stager, reader, end, counts).consume(events)
+            counts[2] += assembler.lone_filtered  # a failed attempt's are read again, if at all
             stager.flush()
             reader.confirm(stager.durable_end())
         finally:
@@ -342,6 +344,7 @@ class _Run:
 
     def _stage(self, chunk: ChangeChunk) -> None:
         self.counts[1] += len(chunk)
+        self.counts[2] += chunk.filtered  # counted with the changes they were read among
         self.counts[0] += int(chunk.last and (len(chunk) > 0 or chunk.first_seq > 0))
         if self.stager.add(chunk) is not None:
             self.reader.confirm(self.stager.durable_end())

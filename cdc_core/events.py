@@ -128,6 +128,7 @@ class ChangeChunk:
     versions: dict[int, int] = field(default_factory=dict)
     nbytes: int = 0
     relations: list[RelationDescriptor] = field(default_factory=list)  # first seen in this chunk
+    filtered: int = 0  # changes the reader dropped on purpose while it was open (not staged)
     _blocks: list[tuple[pa.Array, pa.Array, pa.Array]] = field(default_factory=list, repr=False)
     _lsn: list[int] = field(default_factory=list, repr=False)  # changes added one at a time,
     _oid: list[int | None] = field(default_factory=list, repr=False)  # after the blocks

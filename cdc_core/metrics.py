@@ -8,7 +8,9 @@ carry over (`MilliSecondsBehindSource`: the newest change's lag; `TotalNumberOfE
 `NumberOfCommittedTransactions`: totals of this process; `SnapshotRunning`, `SnapshotPaused`,
 `SnapshotPausedDurationInSeconds`, `RowsScanned`, the snapshot's table counts, duration and
 abort; the last staged change's transaction, position and commit time; the tables captured;
-`NumberOfErroneousEvents`: changes silver set aside as dead letters, a total of this process).
+`NumberOfErroneousEvents`: changes silver set aside as dead letters, and
+`NumberOfEventsFiltered`: changes the reader received and dropped on purpose, totals of this
+process).
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ class Totals:
     snapshot_aborted: bool = False  # a snapshot stopped since, and none under way after
     snapshot_seconds: int | None = None  # how long the last snapshot ran (or has been running)
     erroneous: int = 0  # changes silver set aside (dead letters, under warn or skip)
+    filtered: int = 0  # changes the reader dropped: tables not captured, skipped.operations, ...
     batches: int = 0
     table_flushed: float | None = None  # monotonic time of the last metrics-table append
 
@@ -258,6 +261,9 @@ _PROMETHEUS = (  # (metric, batch-line key, type, help)
     ("cdc_number_of_erroneous_events", "NumberOfErroneousEvents", "counter",
      "changes silver set aside in _state/dead_letters by this process (failure handling warn, "
      "skip)"),
+    ("cdc_number_of_events_filtered", "NumberOfEventsFiltered", "counter",
+     "changes read from the slot and dropped by this process: tables not captured, "
+     "skipped.operations, logical messages filtered out or not ours"),
     ("cdc_snapshot_running", "SnapshotRunning", "gauge", "1 while a snapshot is being read"),
     ("cdc_snapshot_completed", "SnapshotCompleted", "gauge",
      "1 once this process has read a snapshot to its end (0 again while a new one runs)"),
@@ -360,6 +366,7 @@ _TABLE_COLUMNS = (  # the Delta metrics table: the batch line's keys, typed
     ("CapturedTables", "array<string>"), ("TotalTableCount", "bigint"),
     ("RemainingTableCount", "bigint"), ("SnapshotAborted", "boolean"),
     ("SnapshotDurationInSeconds", "bigint"), ("NumberOfErroneousEvents", "bigint"),
+    ("NumberOfEventsFiltered", "bigint"),
 )  # fmt: skip
 METRICS_APP = "cdc-metrics"
 METRICS_WATERMARK = "metrics_batch"  # the newest batch line the table holds

@@ -437,6 +437,7 @@ def _record(
     for op, n in staged.ops.items():
         totals.ops[op] = totals.ops.get(op, 0) + n
     totals.erroneous += sum(t.dead_letters for t in summary.silver)
+    totals.filtered += captured.filtered if captured else 0
     left = {p.table.qualified for j in snapshots if not j.stopped for p in j.tables if not p.done}
     if snapshots:  # Debezium's: true once this process has read a snapshot to its end
         totals.snapshot_completed = not (left - set(summary.snapshots_finished))
@@ -459,7 +460,7 @@ def _record(
         "TotalNumberOfEventsSeen": totals.events,
         "NumberOfCommittedTransactions": totals.transactions,
         **{name: totals.ops.get(op, 0) for op, name in OP_COUNTERS},
-        "NumberOfErroneousEvents": totals.erroneous,
+        "NumberOfErroneousEvents": totals.erroneous, "NumberOfEventsFiltered": totals.filtered,
         "SnapshotRunning": bool(snapshots), "RowsScanned": summary.snapshot_rows,
         "SnapshotCompleted": totals.snapshot_completed,
         "errors": [t.error for t in summary.silver if t.error],

@@ -128,6 +128,11 @@ class Assembler:
     UPDATE with an old tuple is kept when u is skipped: it may be a key change, which Debezium
     emits as d + c; the envelope drops each event whose op is skipped.
 
+    What is dropped on purpose is counted (Debezium's NumberOfEventsFiltered): in the open
+    chunk's `filtered` for a change inside a transaction (each table of a TRUNCATE is one), in
+    `lone_filtered` for a lone message. A snapshot read's watermark is the pipeline's own and
+    not counted, nor is a change of a transaction already staged or left for the next run.
+
     A captured table is followed by its OID: pgoutput names a relation as the catalog had it
     when the change was made, so the changes of a table renamed or moved to another schema
     arrive under the other name; they are captured under the configured one, with a warning.
@@ -159,6 +164,7 @@ class Assembler:
         self.describe = describe
         self.skip_before = skip_before.value
         self.stop_at = stop_at.value if stop_at is not None else None
+        self._end = self.stop_at if self.stop_at is not None else 1 << 64  # past any LSN
         self.budget = budget
         self.now_us = now_us
         self.skipped_tags = frozenset(ord(_TAGS[op]) for op in skipped if op in _TAGS)
@@ -175,6 +181,7 @@ class Assembler:
         self.chunk: ChangeChunk | None = None  # the open transaction's current chunk
         self.skipping = False
         self.finished = False  # reached stop_at
+        self.lone_filtered = 0  # lone messages dropped on purpose (filtered out, not ours)
 
     @property
     def in_transaction(self) -> bool:
@@ -230,6 +237,7 @@ class Assembler:
         else:
             taken = np.flatnonzero(keep) + start
             oids = oids[keep]
+            chunk.filtered += end - start - len(taken)
         if not len(taken):
             return  # tables not captured, or skipped operations
         if self.plans and _among(oids, self.plans.keys()).any():
@@ -386,23 +394,39 @@ class Assembler:
     def _truncate(self, lsn: int, msg: po.Truncate, data: bytes) -> ChangeChunk | None:
         """One change per captured table, each keeping the whole TRUNCATE message."""
         chunk = self.chunk
-        if chunk is None or self.skipping or self.skip_truncate:
+        if chunk is None or self.skipping:
             return None
         for oid in msg.relation_oids:
-            if oid in self.versions:
+            if oid in self.versions and not self.skip_truncate:
                 chunk.add(lsn, oid, data)
+            else:
+                chunk.filtered += 1
         return self._split_if_full(chunk)
 
     def _resets_us(self, content: bytes) -> bool:
         return self.slot is None or ResetMarker.decode(content).is_for(self.slot)
 
+    def _keeps(self, msg: po.LogicalMessage) -> bool:
+        """Whether a logical message is staged: heartbeats always, reset markers of this slot
+        (logical messages reach every slot: another pipeline's are not ours), others by prefix."""
+        if msg.prefix == RESET_PREFIX:
+            return self._resets_us(msg.content)
+        return msg.prefix == HEARTBEAT_PREFIX or self.keep_message(msg.prefix)
+
+    def _filtered_message(self, msg: po.LogicalMessage) -> None:
+        """Count a message dropped by `_keeps`, unless already staged or the next run's."""
+        if msg.transactional:
+            if self.chunk is not None and not self.skipping:
+                self.chunk.filtered += 1
+        elif self.chunk is None and self.skip_before < msg.lsn.value < self._end:
+            self.lone_filtered += 1
+
     def _message(self, lsn: int, msg: po.LogicalMessage, data: bytes) -> ChangeChunk | None:
-        if msg.prefix == WATERMARK_PREFIX or (
-            msg.prefix not in (HEARTBEAT_PREFIX, RESET_PREFIX) and not self.keep_message(msg.prefix)
-        ):
-            return None  # a snapshot read's high watermark, or a message filtered out
-        if msg.prefix == RESET_PREFIX and not self._resets_us(msg.content):
-            return None  # another pipeline's: logical messages reach every slot
+        if msg.prefix == WATERMARK_PREFIX:
+            return None  # a snapshot read's high watermark: the pipeline's own, not an event
+        if not self._keeps(msg):
+            self._filtered_message(msg)
+            return None
         if msg.transactional:
             chunk = self.chunk
             if chunk is None or self.skipping:

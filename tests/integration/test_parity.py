@@ -15,6 +15,7 @@ from cdc_core import faults
 from cdc_core.bronze import BronzeOptions, append_staged
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
+from cdc_core.metrics import last_batch, metrics_table, prometheus_file
 from cdc_core.pgtypes import TypeModes
 from cdc_core.stager import staged_files
 from tests.integration.conftest import PgServer
@@ -73,6 +74,44 @@ def test_excluded_tables_skipped_operations_and_message_prefixes(
     ingest(p)  # deletes flow again; the ones skipped before stay skipped (the user's choice)
     silver = spark.read.format("delta").load(p.lake.silver(TableName("public", "kept")))
     assert sorted(r["id"] for r in silver.where(~F.col("_cdc_deleted")).collect()) == [1, 2, 3, 4]
+
+
+def test_changes_read_and_dropped_count_in_number_of_events_filtered(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE kept (id int PRIMARY KEY, v text)",
+        "CREATE TABLE bystander (id int PRIMARY KEY, v text)")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.kept"],
+        source_extra="""\
+            publication.autocreate.mode: all_tables
+            skipped.operations: d
+            message.prefix.include.list: [outbox.*]
+            """,
+    )  # fmt: skip
+    # FOR ALL TABLES takes a superuser: made here, as a DBA would, and used as it is
+    sql(dsn, f"CREATE PUBLICATION pub_{p.slot} FOR ALL TABLES "
+             "WITH (publish_via_partition_root = true)")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    sql(
+        dsn,
+        "INSERT INTO kept SELECT g, 'v' || g FROM generate_series(1, 5) g",
+        "INSERT INTO bystander SELECT g, 'b' || g FROM generate_series(1, 3) g",
+        "BEGIN; UPDATE bystander SET v = 'x' WHERE id = 1; UPDATE kept SET v = 'y' WHERE id = 1;"
+        " SELECT pg_logical_emit_message(true, 'audit', 'dropped'); COMMIT",
+        "DELETE FROM kept WHERE id <= 2",
+    )
+    ingest(p)
+    line = last_batch(p.lake)
+    assert line is not None
+    # 3 inserts and 1 update of the table not captured, 2 deletes skipped, 1 message filtered out
+    assert line["NumberOfEventsFiltered"] == 7
+    assert line["TotalNumberOfEventsSeen"] == 6  # the 5 inserts and the update of kept
+    prometheus = prometheus_file(p.lake).read_text()
+    assert 'cdc_number_of_events_filtered{pipeline="p"} 7.0' in prometheus
+    table = spark.read.format("delta").load(metrics_table(p.lake))
+    assert [r["NumberOfEventsFiltered"] for r in table.collect()] == [7]
 
 
 def test_skipped_operations_apply_to_each_half_of_a_key_change(

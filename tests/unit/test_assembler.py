@@ -430,3 +430,84 @@ def test_a_table_renamed_away_mid_transaction_keeps_the_changes_made_before() ->
     followed = run_messages(Assembler([ITEMS], describe), stream)
     assert [(len(c), c.last) for c in followed] == [(1, False), (1, True)]
     assert _captured(followed) == [("public.items", 1), ("public.items", 2)]
+
+
+# NumberOfEventsFiltered: what the reader drops on purpose is counted where it is dropped.
+
+
+def _filtered_by_transaction(chunks: list) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for c in chunks:
+        found[c.commit_lsn] = found.get(c.commit_lsn, 0) + c.filtered
+    return found
+
+
+def _row_changes_by_transaction(stream: list[tuple[int, bytes]]) -> dict[int, int]:
+    found: dict[int, int] = {}
+    commit = 0
+    for _, data in stream:
+        if data[:1] == b"B":
+            commit = struct.unpack(">Q", data[1:9])[0]
+            found[commit] = 0
+        elif data[:1] in (b"I", b"U", b"D"):
+            found[commit] += 1
+    return found
+
+
+@pytest.mark.parametrize("budget", [Budget(), Budget(changes=7)])
+def test_blocks_count_the_changes_of_tables_not_captured_and_of_skipped_operations(
+    budget: Budget,
+) -> None:
+    stream, expected = _synthetic(seed=11)
+    assembler = Assembler([ITEMS, OTHER], describe, budget=budget, skipped=["u"])
+    batched = [  # batches of 97 messages: the block path, cut anywhere
+        c for i in range(0, len(stream), 97) for c in assembler.feed_many(stream[i : i + 97])
+    ]
+    rows = _row_changes_by_transaction(stream)
+    wanted = {
+        commit: n - len(kept) for (commit, n), kept in zip(rows.items(), expected, strict=True)
+    }
+    assert sum(wanted.values()) > 0  # the synthetic stream does filter
+    assert _filtered_by_transaction(batched) == wanted
+    one_by_one = run_messages(
+        Assembler([ITEMS, OTHER], describe, budget=budget, skipped=["u"]), stream
+    )
+    assert _filtered_by_transaction(one_by_one) == wanted
+
+
+def test_changes_of_transactions_already_staged_are_not_counted_as_filtered() -> None:
+    stream, _ = _synthetic(seed=11)
+    rows = list(_row_changes_by_transaction(stream))
+    later = Assembler([ITEMS], describe, skip_before=Lsn(rows[20])).feed_many(stream)
+    assert {c.commit_lsn for c in later} == set(rows[20:])
+    everything = _filtered_by_transaction(Assembler([ITEMS], describe).feed_many(stream))
+    assert _filtered_by_transaction(later) == {k: everything[k] for k in rows[20:]}
+
+
+def test_each_table_of_a_truncate_not_staged_counts_as_filtered() -> None:
+    captured = run(Assembler([ITEMS, FULL], describe), "truncate")
+    assert [c.filtered for c in captured] == [1, 1, 0]  # other's insert, other in the TRUNCATE
+    skipped = run(Assembler([ITEMS, FULL], describe, skipped=["t"]), "truncate")
+    assert [c.filtered for c in skipped] == [1, 2, 1]
+
+
+def _message(lsn: int, prefix: str, content: bytes, *, transactional: bool) -> bytes:
+    return (b"M" + bytes([transactional]) + struct.pack(">Q", lsn) + prefix.encode() + b"\x00"
+            + struct.pack(">I", len(content)) + content)  # fmt: skip
+
+
+def test_messages_filtered_out_or_not_ours_count_and_watermarks_do_not() -> None:
+    from cdc_core.reader import WATERMARK_PREFIX
+    from cdc_core.reset_marker import RESET_PREFIX, ResetMarker
+
+    dropped = Assembler([OTHER], describe, keep_message=lambda p: False)
+    chunks = run(dropped, "messages")
+    assert (dropped.lone_filtered, [c.filtered for c in chunks]) == (1, [1])  # lone, outbox
+    theirs = ResetMarker("public.other", "their_slot").encode().encode()
+    ours = ResetMarker("public.other", "our_slot").encode().encode()
+    assembler = Assembler([OTHER], describe, keep_message=lambda p: False, slot="our_slot")
+    for lsn, (prefix, content) in enumerate(
+        [(WATERMARK_PREFIX, b"0/10"), (RESET_PREFIX, theirs), (RESET_PREFIX, ours)], start=100
+    ):
+        assembler.feed(lsn, _message(lsn, prefix, content, transactional=False))
+    assert assembler.lone_filtered == 1  # another pipeline's reset marker; the watermark is ours

@@ -77,9 +77,11 @@ def test_prometheus_text_names_and_labels() -> None:
         "SnapshotRunning": False, "RowsScanned": 0,
         "freshness_p50_s": 1.5, "freshness_p99_s": 2.0, "freshness_max_s": None,
         "retained_wal_bytes": 4096, "TotalNumberOfDeleteEventsSeen": 3,
-        "SnapshotCompleted": True, "NumberOfErroneousEvents": 2,
+        "SnapshotCompleted": True, "NumberOfErroneousEvents": 2, "NumberOfEventsFiltered": 5,
     }  # fmt: skip
     text = prometheus_text(record)
+    assert 'cdc_number_of_events_filtered{pipeline="or\\"ders"} 5.0' in text
+    assert "# TYPE cdc_number_of_events_filtered counter" in text
     assert 'cdc_number_of_erroneous_events{pipeline="or\\"ders"} 2.0' in text
     assert "# TYPE cdc_number_of_erroneous_events counter" in text
     assert 'cdc_snapshot_completed{pipeline="or\\"ders"} 1.0' in text
