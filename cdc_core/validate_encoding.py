@@ -78,6 +78,7 @@ class PgForm(Enum):
     TIMESTAMPTZ = "timestamptz"
     TIME_US = "time_us"
     TIME_MS = "time_ms"
+    TIME_NS = "time_ns"
     INTERVAL_US = "interval_us"  # Debezium's µs (a month is 30.4375 days); overflow kept raw
     BYTEA_HEX = "bytea_hex"  # binary (as bytes or as hex text)
     BYTEA_BASE64 = "bytea_base64"
@@ -120,12 +121,7 @@ def pg_form(t: ColumnType, modes: TypeModes) -> PgForm:
     if t.name == "money":
         return PgForm.MONEY_FLOAT if modes.decimal == "double" else PgForm.MONEY
     if t.name == "time":
-        if modes.time_precision == "isostring":
-            return PgForm.TEXT
-        adaptive_ms = modes.time_precision == "adaptive" and 0 <= t.modifier <= 3
-        return (
-            PgForm.TIME_MS if modes.time_precision == "connect" or adaptive_ms else PgForm.TIME_US
-        )
+        return _time_form(t.modifier, modes)
     if t.name == "interval":
         return PgForm.TEXT if modes.interval == "string" else PgForm.INTERVAL_US
     if t.name == "bytea":
@@ -135,6 +131,16 @@ def pg_form(t: ColumnType, modes: TypeModes) -> PgForm:
     if t.name == "bit" and t.modifier == 1:
         return PgForm.BIT1
     return PgForm.TEXT
+
+
+def _time_form(modifier: int, modes: TypeModes) -> PgForm:
+    """As the mapping's `_time`: text, int ms, long ns or long µs by time.precision.mode."""
+    mode = modes.time_precision
+    if mode == "isostring":
+        return PgForm.TEXT
+    if mode == "connect" or (mode == "adaptive" and 0 <= modifier <= 3):
+        return PgForm.TIME_MS
+    return PgForm.TIME_NS if mode == "nanoseconds" else PgForm.TIME_US
 
 
 def money_digits(modes: TypeModes) -> int:

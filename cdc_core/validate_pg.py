@@ -120,6 +120,7 @@ _PAYLOADS = {
     PgForm.NUMERIC: "({x})::text",
     PgForm.DATE: "(({x}) - DATE '1970-01-01')::text",
     PgForm.TIME_MS: "floor(extract(epoch FROM {x}) * 1000)::bigint::text",
+    PgForm.TIME_NS: "((extract(epoch FROM {x}) * 1000000)::bigint * 1000)::text",
     PgForm.BYTEA_HEX: "encode({x}, 'hex')",
     PgForm.BYTEA_BASE64: "translate(encode({x}, 'base64'), E'\\n', '')",
     PgForm.BYTEA_BASE64_URL: "translate(encode({x}, 'base64'), E'+/\\n', '-_')",

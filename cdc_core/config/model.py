@@ -1036,12 +1036,14 @@ class SilverConfig:
                       key="money.fraction.digits", debezium="money.fraction.digits"),
     )  # fmt: skip
     time_precision_mode: Literal[
-        "adaptive", "adaptive_time_microseconds", "microseconds", "isostring", "connect"
+        "adaptive", "adaptive_time_microseconds", "microseconds", "nanoseconds", "isostring",
+        "connect",
     ] = field(
         default="adaptive",
         metadata=meta(
             "how time (of day) is typed: adaptive (ms for time(0-3), else microseconds), "
-            "microseconds, isostring, connect (ms, loses precision)",
+            "microseconds, nanoseconds (bigint, Debezium's NanoTime; exact), isostring, connect "
+            "(ms, loses precision); dates and timestamps are Spark's in every mode",
             key="time.precision.mode", debezium="time.precision.mode",
         ),
     )  # fmt: skip

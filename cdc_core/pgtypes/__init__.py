@@ -42,10 +42,11 @@ Domains count as their base type (the catalog resolves them). The modes change:
   numeric and money -> double (NaN and infinities allowed); string: numeric -> its exact
   text, money -> '-1234.56'. The double and string modes ignore the money digits, as Debezium.
 - time_precision (`time.precision.mode`): only `time` depends on it. adaptive as above;
-  adaptive_time_microseconds and microseconds: long µs; isostring: the exact text
-  '04:05:11.789' (no 'Z' is added: a time without time zone is not UTC); connect: int
-  milliseconds, truncating beyond milliseconds (Debezium's documented loss). Dates and
-  timestamps are Spark dates and timestamps in every mode.
+  adaptive_time_microseconds and microseconds: long µs; nanoseconds: long ns (Debezium's
+  NanoTime; µs * 1000, exact); isostring: the exact text '04:05:11.789' (no 'Z' is added: a
+  time without time zone is not UTC); connect: int milliseconds, truncating beyond
+  milliseconds (Debezium's documented loss). timetz stays its exact text, dates and
+  timestamps are Spark dates and timestamps, in every mode.
 - interval (`interval.handling.mode`): string as above; numeric: long microseconds with
   Debezium's approximation (a month is 30.4375 days, a year 12 months), computed exactly.
 - binary (`binary.handling.mode`): bytes as above; base64, base64-url-safe (both padded)

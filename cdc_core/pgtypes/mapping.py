@@ -147,4 +147,6 @@ def _time(modifier: int, mode: TimePrecisionMode) -> _Mapped:
         return _AS_TEXT
     if mode == "connect" or (mode == "adaptive" and 0 <= modifier <= 3):
         return INT, temporal.time_ms
+    if mode == "nanoseconds":
+        return LONG, temporal.time_ns
     return LONG, temporal.time_us

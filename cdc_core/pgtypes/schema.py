@@ -7,7 +7,7 @@ from typing import Literal, get_args
 
 DecimalMode = Literal["precise", "double", "string"]
 TimePrecisionMode = Literal[
-    "adaptive", "adaptive_time_microseconds", "microseconds", "isostring", "connect"
+    "adaptive", "adaptive_time_microseconds", "microseconds", "nanoseconds", "isostring", "connect"
 ]
 IntervalMode = Literal["string", "numeric"]
 BinaryMode = Literal["bytes", "base64", "base64-url-safe", "hex"]

@@ -113,6 +113,12 @@ def time_us(text: str) -> int:
     return (t.hour * 3_600 + t.minute * 60 + t.second) * _SECOND_US + t.microsecond
 
 
+def time_ns(text: str) -> int:
+    """Nanoseconds past midnight (nanoseconds mode, Debezium's NanoTime); exact, as PostgreSQL
+    keeps microseconds: '04:05:11.789' -> 14711789000000."""
+    return time_us(text) * 1_000
+
+
 def time_ms(text: str) -> int:
     """Milliseconds past midnight; exact for time(0..3), truncating beyond (connect mode)."""
     return time_us(text) // 1_000

@@ -356,6 +356,13 @@ CASES = [
     ),
     Case("time(3)", TIMES, oracle="v::text", modes=TypeModes(time_precision="isostring")),
     Case(
+        "time",
+        (*TIMES, "'23:59:59.999999'", "'00:00:00.000001'"),
+        oracle="time_send(v)",
+        theirs=lambda b: signed(b) * 1000,
+        modes=TypeModes(time_precision="nanoseconds"),
+    ),
+    Case(
         "timetz",
         ("'04:05:06.789+05:30'", "'00:00:00+00'", "'23:59:59.999999-15:59'", "NULL"),
         ours=time.fromisoformat,

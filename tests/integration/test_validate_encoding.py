@@ -169,6 +169,8 @@ CASES = [
     Case("time(3)", ("'12:00:00.123'",)),
     Case("time", ("'12:00:00.123456'",), TypeModes(time_precision="connect")),
     Case("time", ("'12:00:00.1'",), TypeModes(time_precision="isostring")),
+    Case("time(3)", ("'00:00'", "'23:59:59.999999'", "'24:00:00'", "'12:00:00.123'"),
+         TypeModes(time_precision="nanoseconds")),
     Case("timetz", ("'12:00+02'",)),
     Case("interval", ("'P1Y2M3DT4H5M6.78S'", "'-1 day -00:00:00.5'")),
     Case(

@@ -248,6 +248,16 @@ def test_snapshot_modes_map_and_deprecated_ones_are_renamed(
     assert err.startswith("error: connector.json: snapshot.mode: 'custom' has no counterpart")
 
 
+def test_time_precision_mode_nanoseconds_is_imported_and_loads(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, write_json(home, BASE | {"time.precision.mode": "nanoseconds"}))
+    assert code == 0, err
+    assert pipeline_data(home)["silver"] == {"time.precision.mode": "nanoseconds"}
+    silver = load_pipeline("shop", home=home, environ={"SHOP_PG_PASSWORD": "x"}).pipeline.silver
+    assert silver.time_precision_mode == "nanoseconds"
+
+
 def test_one_to_one_properties_come_from_the_config_fields_metadata() -> None:
     targets = {prop: t.path for prop, t in mapped_properties().items()}
     assert targets["slot.name"] == "source.slot"

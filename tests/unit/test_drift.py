@@ -139,3 +139,5 @@ def test_a_time_whose_unit_changes_stops_the_mirror() -> None:
     micros = dataclasses.replace(DEFAULT_MODES, time_precision="adaptive_time_microseconds")
     history = [(100, _timed(3)), (200, _timed(6))]  # long microseconds either way
     assert table_shape(history, micros).columns[1].silver.name == "long"
+    nanos = dataclasses.replace(DEFAULT_MODES, time_precision="nanoseconds")
+    assert table_shape(history, nanos).columns[1].silver.name == "long"  # nanoseconds either way

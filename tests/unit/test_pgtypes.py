@@ -116,6 +116,11 @@ def test_each_postgresql_type_has_its_silver_type(column: ColumnType, expected: 
         (col("time", 3), {"time_precision": "microseconds"}, LONG),
         (col("time", 6), {"time_precision": "connect"}, INT),
         (col("time", 6), {"time_precision": "isostring"}, STRING),
+        (col("time", 0), {"time_precision": "nanoseconds"}, LONG),
+        (col("time"), {"time_precision": "nanoseconds"}, LONG),
+        (col("timetz"), {"time_precision": "nanoseconds"}, STRING),
+        (col("timestamp"), {"time_precision": "nanoseconds"}, SilverType("timestamp_ntz")),
+        (col("timestamptz"), {"time_precision": "nanoseconds"}, SilverType("timestamp")),
         (col("timestamp"), {"time_precision": "isostring"}, SilverType("timestamp_ntz")),
         (col("date"), {"time_precision": "connect"}, SilverType("date")),
         (col("interval"), {"interval": "numeric"}, LONG),
@@ -508,6 +513,31 @@ def test_time_follows_the_time_precision_mode(
     modifier: int, modes: dict[str, Any], text: str, value: object
 ) -> None:
     assert convert(col("time", modifier), text, **modes) == value
+
+
+@pytest.mark.parametrize(
+    ("modifier", "text", "nanos"),
+    [
+        (-1, "00:00:00", 0),
+        (-1, "00:00:00.000001", 1_000),
+        (6, "23:59:59.999999", 86_399_999_999_000),
+        (-1, "24:00:00", 86_400_000_000_000),  # PostgreSQL allows the end of the day
+        (0, "04:05:11", 14_711_000_000_000),
+        (3, "04:05:11.789", 14_711_789_000_000),  # no milliseconds: adaptive does not apply
+    ],
+)
+def test_nanoseconds_mode_gives_exact_nanoseconds_past_midnight(
+    modifier: int, text: str, nanos: int
+) -> None:
+    assert convert(col("time", modifier), text, time_precision="nanoseconds") == nanos
+
+
+def test_nanoseconds_mode_keeps_null_elements_and_timetz_text() -> None:
+    times = col("time", array=True)
+    assert convert(times, "{00:00:00,NULL,24:00:00}", time_precision="nanoseconds") == [
+        0, None, 86_400_000_000_000
+    ]  # fmt: skip
+    assert convert("timetz", "04:05:11.789+02", time_precision="nanoseconds") == "04:05:11.789+02"
 
 
 @pytest.mark.parametrize(
