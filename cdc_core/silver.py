@@ -41,7 +41,13 @@ from cdc_core.silver_batch import (
     typed,
     typed_with,
 )
-from cdc_core.silver_shape import SchemaChangeError, SilverColumn, TableShape, table_shape
+from cdc_core.silver_shape import (
+    SchemaChangeError,
+    SilverColumn,
+    TableShape,
+    modes_used,
+    table_shape,
+)
 from cdc_core.silver_table import ensure_silver, quoted, register, sql_name
 from cdc_core.spark import Spark, each_in_session, session_of
 from cdc_core.stager import StagedFile
@@ -58,6 +64,7 @@ log = logging.getLogger(__name__)
 WATERMARK = "silver_applied"
 SINCE = "shapes_since"  # with the watermark: where the mirror last started over (table_shape)
 SOFT_DELETE = "soft_delete"  # with the watermark: whether the mirror was written soft deleting
+MODES = "modes"  # with the watermark: the representation options its values were typed under
 MERGE_APP = "cdc-silver"
 TRUNCATE_APP = "cdc-silver-truncate"
 NEWER = "(s._cdc_lsn > t._cdc_lsn OR (s._cdc_lsn = t._cdc_lsn AND s._cdc_seq > t._cdc_seq))"
@@ -205,6 +212,8 @@ def apply_table(
     shape = table_shape(history, settings.modes, settings.propagates, since=since)
     if ready is not None and ready.shape != shape:
         ready = None  # typed by the shapes the TRUNCATE set aside: typed again, by this one
+    if mark is not None and (summary is None or summary[2] is None):  # not starting over
+        _refuse_other_modes(table, shape, settings.modes, mark)
     ensure_silver(spark, path, shape)
     if settings.register:
         register(spark, path, shape, settings.database)
@@ -213,6 +222,7 @@ def apply_table(
         return TableResult(table.qualified, 0)
     changes, end, truncated, unsent, reads = summary
     marks: dict[str, object] = {SOFT_DELETE: settings.soft_delete}
+    marks |= {MODES: modes_used(shape, settings.modes)}
     marks |= {SINCE: since} if since is not None else {}
     batch = rows.where(~after_position(*end))
     typed_rows = ready.rows if ready is not None else None
@@ -287,6 +297,32 @@ def _record(
     faults.point("silver.dead_letters")
     dead_letters.report(table.qualified, rows, settings.failure_handling, inserted)
     return rows.count()
+
+
+def _refuse_other_modes(
+    table: TableName, shape: TableShape, modes: TypeModes, mark: dict[str, object]
+) -> None:
+    """A mirror whose values were typed under other representation options than `modes` (a
+    time of day in milliseconds, now nanoseconds; a numeric as decimal, now text) would hold
+    values of both side by side, often in one Spark type and unnoticed: it stops instead, until
+    the option is set back or the mirror is rebuilt. Options none of its columns use do not
+    count; a mirror written before the options were recorded is not checked."""
+    recorded = mark.get(MODES)
+    if not isinstance(recorded, dict):
+        return
+    now = modes_used(shape, modes)
+    changed = [key for key in now if key in recorded and recorded[key] != now[key]]
+    if not changed:
+        return
+    t = table.qualified
+    options = ", ".join(f"silver.{key}: {recorded[key]} then, {now[key]} now" for key in changed)
+    raise SchemaChangeError(
+        f"table {t}: its silver mirror was typed under other options than the pipeline's now "
+        f"({options}), and would hold values of both side by side. The mirror stops here; "
+        "other tables go on. To move on, set the option back, or drop the silver table and take "
+        f"a new snapshot of it (`cdc snapshot --table {t}`), which rebuilds the mirror under the "
+        "new option"
+    )
 
 
 def _refuse_partial_rebuild(lake: Lake, table: TableName, summary: Summary | None) -> None:

@@ -107,6 +107,32 @@ def column_type(c: object) -> ColumnType:
     return ColumnType(c.base_type, c.base_kind, c.base_modifier, c.is_array)  # type: ignore[attr-defined]
 
 
+# The representation options (by their keys) a base type's silver values depend on
+# (`pgtypes.mapping`): changed under a mirror, its old and new values would sit side by side.
+_MODES_OF: dict[str, tuple[tuple[str, str], ...]] = {
+    "numeric": (("decimal.handling.mode", "decimal"),),
+    "money": (
+        ("decimal.handling.mode", "decimal"),
+        ("money.fraction.digits", "money_fraction_digits"),
+    ),
+    "time": (("time.precision.mode", "time_precision"),),
+    "interval": (("interval.handling.mode", "interval"),),
+    "bytea": (("binary.handling.mode", "binary"),),
+    "hstore": (("hstore.handling.mode", "hstore"),),
+}  # fmt: skip
+
+
+def modes_used(shape: TableShape, modes: TypeModes) -> dict[str, object]:
+    """The representation options the mirror's values depend on, by key, with `modes`' values:
+    only those its columns' types use, so an option no column of it uses may change freely."""
+    used: dict[str, object] = {}
+    for c in shape.columns:
+        if c.pg.kind == "b" and not c.unknown:
+            for key, attribute in _MODES_OF.get(c.pg.name, ()):
+                used[key] = getattr(modes, attribute)
+    return used
+
+
 def table_shape(
     history: Sequence[tuple[int, RelationDescriptor]], modes: TypeModes,
     propagates: Callable[[str, SilverColumn], bool] | None = None, *, since: int | None = None,
