@@ -64,18 +64,9 @@ def forgo(conn: Conn, pipeline: str, slot_name: str, lake: Lake, stored: Lsn) ->
     new one), a recreated one kept, and the stored position removed, so the run records the
     slot's. Refused when the server's WAL is behind `stored`."""
     slot = slot_state(conn, slot_name)
-    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-    assert row is not None
-    current = Lsn.parse(str(row[0]))
-    if current < stored:
-        done(lake)  # refused for good: a when_needed run must not meet it again
-        raise TerminalError(
-            f"pipeline {pipeline}: cdc accept-lost-position: the server's WAL position {current} "
-            f"is behind the stored position {stored}, so this is not the WAL history the lake "
-            "followed (a cluster restored or loaded anew): its changes would sort before what "
-            "silver holds. The request is removed; take a new snapshot instead: snapshot.mode "
-            "when_needed"
-        )
+    if wal_behind(conn, stored) is not None:
+        done(lake)  # refused for good: a later run must not meet it again
+    refuse_wal_behind(conn, pipeline, stored, "cdc accept-lost-position: ")
     log.warning(
         "pipeline %s: the stored position %s is gone (%s); accepted by cdc "
         "accept-lost-position: the run goes on from the slot's position without a snapshot, "
@@ -85,6 +76,32 @@ def forgo(conn: Conn, pipeline: str, slot_name: str, lake: Lake, stored: Lsn) ->
     if slot is not None and slot.wal_status == "lost":
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot_name,))
     stream_file(lake).unlink(missing_ok=True)
+
+
+def wal_behind(conn: Conn, stored: Lsn) -> Lsn | None:
+    """The server's WAL position, when it is behind `stored` (None when it is not)."""
+    row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    assert row is not None
+    current = Lsn.parse(str(row[0]))
+    return current if current < stored else None
+
+
+def refuse_wal_behind(conn: Conn, pipeline: str, stored: Lsn, what: str = "") -> None:
+    """Stop when the server's WAL is behind the lake's stored position: that server is not the
+    WAL history the lake followed (a dump restored on another cluster, a new server), and every
+    change it sends, a new snapshot's too, would sort before what the lake holds: staging and
+    silver would take it for applied already and leave it out without a word."""
+    current = wal_behind(conn, stored)
+    if current is None:
+        return
+    raise TerminalError(
+        f"pipeline {pipeline}: {what}the server's WAL position {current} is behind the stored "
+        f"position {stored}, so this is not the WAL history the lake followed (a dump restored "
+        "on another cluster, a new server): every change it sends, a new snapshot's too, would "
+        "sort before what the lake holds and be left out. Point target.root at a new lake for "
+        "this source (the old one keeps what it held), or source.dsn back at the server the lake "
+        "followed"
+    )
 
 
 def _what(slot: SlotState | None, name: str, stored: Lsn) -> str:

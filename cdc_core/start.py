@@ -97,6 +97,9 @@ def start(config: Config, lake: Lake) -> RunStart:
         if asked is not None:
             state = _accept_request(conn, config, lake, state, asked)
         decision = decide(config.pipeline.snapshot.mode, state)
+        stored = lost_position.stored_position(lake)
+        if decision.new_slot and stored is not None:  # a new snapshot's positions must sort
+            lost_position.refuse_wal_behind(conn, config.pipeline.name, stored)  # after the lake's
         if decision.fail:
             stored = read_json(stream_file(lake))
             why = _slot_trouble(slot_state(conn, source.slot), source.slot, stored, system)
