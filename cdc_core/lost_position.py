@@ -64,9 +64,11 @@ def forgo(conn: Conn, pipeline: str, slot_name: str, lake: Lake, stored: Lsn) ->
     new one), a recreated one kept, and the stored position removed, so the run records the
     slot's. Refused when the server's WAL is behind `stored`."""
     slot = slot_state(conn, slot_name)
-    if wal_behind(conn, stored) is not None:
+    try:
+        refuse_wal_behind(conn, pipeline, stored, "cdc accept-lost-position: ")
+    except TerminalError:
         done(lake)  # refused for good: a later run must not meet it again
-    refuse_wal_behind(conn, pipeline, stored, "cdc accept-lost-position: ")
+        raise
     log.warning(
         "pipeline %s: the stored position %s is gone (%s); accepted by cdc "
         "accept-lost-position: the run goes on from the slot's position without a snapshot, "

@@ -97,11 +97,11 @@ def start(config: Config, lake: Lake) -> RunStart:
         if asked is not None:
             state = _accept_request(conn, config, lake, state, asked)
         decision = decide(config.pipeline.snapshot.mode, state)
-        stored = lost_position.stored_position(lake)
-        if decision.new_slot and stored is not None:  # a new snapshot's positions must sort
-            lost_position.refuse_wal_behind(conn, config.pipeline.name, stored)  # after the lake's
+        stored = read_json(stream_file(lake))  # after the request: accepting removes it
+        if decision.new_slot and isinstance(stored, dict):  # a new snapshot's positions must
+            position = Lsn.parse(str(stored["confirmed"]))  # sort after the lake's
+            lost_position.refuse_wal_behind(conn, config.pipeline.name, position)
         if decision.fail:
-            stored = read_json(stream_file(lake))
             why = _slot_trouble(slot_state(conn, source.slot), source.slot, stored, system)
             raise TerminalError(f"pipeline {config.pipeline.name}: {why}{decision.fail}")
         slot = None
