@@ -45,6 +45,7 @@ def silver_settings(config: Config) -> SilverSettings:
         modes, s.soft_delete, catalog.register, catalog.database,
         s.column_propagate_source_type.patterns, s.datatype_propagate_source_type.patterns,
         s.max_threads, config.pipeline.source.slot, s.event_processing_failure_handling_mode,
+        config.pipeline.name,
     )  # fmt: skip
 
 

@@ -53,6 +53,7 @@ from cdc_core.spark import Spark, each_in_session, session_of
 from cdc_core.stager import StagedFile
 from cdc_core.state import (
     caught_up_file,
+    mirror_owner,
     pruned_positions,
     read_json,
     schema_history,
@@ -83,6 +84,7 @@ class SilverSettings:
     threads: int = 1  # mirrors merged at once
     slot: str | None = None  # the pipeline's: reset markers for another are not applied
     failure_handling: dead_letters.FailureHandling = "fail"  # a change silver cannot apply
+    pipeline: str | None = None  # whose mirrors: a catalog entry of another's is not taken
 
     def propagates(self, table: str, column: SilverColumn) -> bool:
         """Whether the column's silver field metadata carries its source type."""
@@ -216,7 +218,8 @@ def apply_table(
         _refuse_other_modes(table, shape, settings.modes, mark)
     ensure_silver(spark, path, shape)
     if settings.register:
-        register(spark, path, shape, settings.database)
+        register(spark, path, shape, settings.database, pipeline=settings.pipeline,
+                 owner=functools.partial(mirror_owner, lake))  # fmt: skip
     _purge_tombstones(spark, path, table, settings, mark)
     if summary is None:
         return TableResult(table.qualified, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -129,14 +130,20 @@ def spark_widens(old: T.DataType, new: T.DataType) -> bool:
     return False
 
 
-def register(spark: SparkSession, path: str, shape: TableShape, database: str) -> str:
+def register(
+    spark: SparkSession, path: str, shape: TableShape, database: str, *,
+    pipeline: str | None = None, owner: Callable[[str], str | None] | None = None,
+) -> str:  # fmt: skip
     """Register the mirror in the Spark catalog as `<database>.<table>`; returns the name.
 
     `database` may use {schema}: the default `cdc_{schema}` gives `cdc_public.customers`.
     Characters Spark's catalog refuses in names become `_` (`catalog_name`).
     An entry of that name the product made before (external) that points elsewhere, where the
     lake was before it moved, is pointed at the mirror, with a warning; one the product did not
-    make (a managed table) is left alone, and the run stops naming it.
+    make (a managed table) is left alone, and the run stops naming it. So does an entry that
+    is the mirror of another pipeline (`owner`: the pipeline whose lake holds a mirror location,
+    None when no lake is there; `pipeline`: this one): the two would take the entry from each
+    other at every batch, and readers by name would get either mirror.
     """
     db, table = catalog_name(database.format(schema=shape.schema)), catalog_name(shape.table)
     name = f"{quoted(db)}.{quoted(table)}"
@@ -155,10 +162,17 @@ def register(spark: SparkSession, path: str, shape: TableShape, database: str) -
                 f"not the mirror of {shape.qualified} at {path}: drop or rename it, or set "
                 "catalog.database to register the mirrors elsewhere"
             )
-        log.warning("catalog entry %s.%s pointed at %s, not at the mirror %s (the lake moved, "
-                    "or another pipeline registers the same name: give it its own "
-                    "catalog.database); it points at the mirror now", db, table, found,
-                    path)  # fmt: skip
+        other = owner(found) if owner is not None and pipeline is not None else None
+        if other is not None and other != pipeline:
+            raise SchemaChangeError(
+                f"catalog entry {db}.{table} is the mirror of pipeline {other!r} at {found}, not "
+                f"the mirror of {shape.qualified} of pipeline {pipeline!r} at {path}: give one "
+                "of them its own catalog.database. If that lake is this pipeline's own from "
+                f"before it was renamed, drop the entry (DROP TABLE {db}.{table}: an external "
+                "table, no data is removed)"
+            )
+        log.warning("catalog entry %s.%s pointed at %s, not at the mirror %s (the lake "
+                    "moved); it points at the mirror now", db, table, found, path)  # fmt: skip
         spark.sql(f"DROP TABLE {name}")  # an external table's entry only: no data is removed
         spark.sql(create)
     _REGISTERED.add(seen)

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cdc_core.errors import TerminalError
+from cdc_core.errors import CdcError, TerminalError
 from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
@@ -75,6 +75,23 @@ def check_owner(lake: Lake, pipeline: str, *, claim: bool = False) -> None:
             f"would mix); give {pipeline!r} a root of its own. If it is {owner!r} renamed, "
             f"delete {owner_file(lake)} and run it again"
         )
+
+
+def mirror_owner(lake: Lake, mirror: str) -> str | None:
+    """The pipeline whose lake holds the mirror at `mirror` (a silver table's location,
+    `<root>/silver/<schema>/<table>`, as a catalog gives it, `file:` or not); None when no
+    lake is there (it moved away) or none can be read there."""
+    for prefix in ("file://", "file:"):
+        if mirror.startswith(prefix):
+            mirror = mirror[len(prefix) :]
+            break
+    root = mirror.rstrip("/").rsplit("/", 3)[0]
+    try:
+        stored = read_json(owner_file(Lake(root, lake.options)))
+    except (OSError, CdcError):  # gone, unreachable, or not a lake's
+        return None
+    owner = stored.get("pipeline") if isinstance(stored, dict) else None
+    return str(owner) if owner is not None else None
 
 
 def record_confirmed(lake: Lake, slot: str, position: Lsn, system: str | None = None) -> None:

@@ -4,6 +4,8 @@ under CI."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from types import MappingProxyType
@@ -81,6 +83,9 @@ TEST_SPARK = SparkSettings(
             "spark.log.level": "WARN",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
+            # catalog tables of their own each run: one left in ./spark-warehouse by an
+            # earlier run fails the next (DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION)
+            "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="cdc-tests-warehouse-"),
         }
     ),
 )
@@ -98,3 +103,4 @@ def spark() -> Iterator[SparkSession]:
         unavailable(f"no Spark with Delta: {e}")
     yield session
     session.stop()
+    shutil.rmtree(TEST_SPARK.conf["spark.sql.warehouse.dir"], ignore_errors=True)
