@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 
@@ -220,9 +220,11 @@ def _capture_until(
         reader.open(stager.durable_end())
         try:
             with contextlib.closing(reader.events(end)) as events:  # a peek left unread ends here
-                _Run(assembler, stager, reader, end, counts).consume(events)
+                run = _Run(assembler, stager, reader, end, counts)
+                run.consume(events)
             counts[2] += assembler.lone_filtered  # a failed attempt's are read again, if at all
             stager.flush()
+            run.settle()
             reader.confirm(stager.durable_end())
         finally:
             reader.close()
@@ -321,7 +323,8 @@ class _Run:
     stager: Stager
     reader: _Recording
     end: Lsn
-    counts: list[int]
+    counts: list[int]  # transactions, changes, changes filtered: in files published, or past
+    held: list[int] = field(default_factory=lambda: [0, 0, 0])  # the same, not yet there
 
     def consume(self, events: Iterator[Event]) -> None:
         for event in events:
@@ -331,10 +334,12 @@ class _Run:
                     self._stage(chunk)
                 if self.assembler.finished:  # committed after the end seen at start: the next
                     self.stager.flush()  # run's; every transaction committed before it is staged
+                    self.settle()
                     self.reader.confirm(max(self.stager.durable_end(), self.end))
                     return
             elif isinstance(event, Checkpoint):
                 self.stager.flush()
+                self.settle()
                 self.reader.confirm(self.stager.durable_end())
             elif isinstance(event, CaughtUp) and not self.assembler.in_transaction:
                 if not self.stager.pending:  # nothing unstaged: WAL up to here holds nothing for us
@@ -343,11 +348,21 @@ class _Run:
                     return
 
     def _stage(self, chunk: ChangeChunk) -> None:
-        self.counts[1] += len(chunk)
-        self.counts[2] += chunk.filtered  # counted with the changes they were read among
-        self.counts[0] += int(chunk.last and (len(chunk) > 0 or chunk.first_seq > 0))
+        self.held[1] += len(chunk)
+        self.held[2] += chunk.filtered  # counted with the changes they were read among
+        self.held[0] += int(chunk.last and (len(chunk) > 0 or chunk.first_seq > 0))
         if self.stager.add(chunk) is not None:
             self.reader.confirm(self.stager.durable_end())
+        self.settle()
+
+    def settle(self) -> None:
+        """Count what the stager holds nothing of any more (published, or past with nothing
+        to stage). A failed attempt's `held` is dropped: the retry reads it again from
+        `durable_end` and counts it then, once."""
+        if not self.stager.pending:
+            for i, n in enumerate(self.held):
+                self.counts[i] += n
+            self.held[:] = [0, 0, 0]
 
 
 def _settle_confirmation(config: Config, lake: Lake, target: Lsn, timeout_s: float = 10.0) -> Lsn:

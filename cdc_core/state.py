@@ -88,7 +88,7 @@ def mirror_owner(lake: Lake, mirror: str) -> str | None:
     root = mirror.rstrip("/").rsplit("/", 3)[0]
     try:
         stored = read_json(owner_file(Lake(root, lake.options)))
-    except (OSError, CdcError):  # gone, unreachable, or not a lake's
+    except (OSError, ValueError, CdcError):  # gone, unreachable, or not a lake's
         return None
     owner = stored.get("pipeline") if isinstance(stored, dict) else None
     return str(owner) if owner is not None else None

@@ -679,7 +679,7 @@ def test_a_server_restart_mid_run_is_retried_within_the_run(tmp_path: Path) -> N
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, note text)")
         p = make_pipeline(tmp_path, dsn, ["public.big"],
-                          extra="capture:\n  file_changes: 20000\n  retry_backoff_s: 0.5\n")  # fmt: skip
+                          extra="capture:\n  file_changes: 50000\n  retry_backoff_s: 0.5\n")  # fmt: skip
         assert p.ingest("--capture-only").returncode == 0
         create_truth_slot(dsn, f"{p.slot}_truth")
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -694,11 +694,13 @@ def test_a_server_restart_mid_run_is_retried_within_the_run(tmp_path: Path) -> N
             time.sleep(0.01)
         assert staged_files(p.changes), "capture never started"
         cluster.restart(mode="immediate")  # a crash of the server: the stream is cut mid-capture
-        _, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
         assert "capture interrupted" in err
         assert "retrying" in err
         assert_staged_equals_truth(p, f"{p.slot}_truth")
+        # the file the restart cut short is read again and counted once (twice before: 440000)
+        assert "captured 20 transactions, 400000 changes in" in out, out
     finally:
         cluster_cm.__exit__(None, None, None)
 
