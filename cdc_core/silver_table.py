@@ -11,6 +11,7 @@ from pyspark.sql import types as T
 
 from cdc_core.identifiers import catalog_name
 from cdc_core.silver_shape import MULTISET_COLUMNS, SchemaChangeError, TableShape
+from cdc_core.storage import plain_location
 
 log = logging.getLogger(__name__)
 
@@ -198,12 +199,4 @@ def _entry(spark: SparkSession, database: str, table: str) -> tuple[str | None, 
 
 def same_place(a: str, b: str) -> bool:
     """Whether two table locations name one place: `file:/x`, `file:///x` and `/x/` are `/x`."""
-    return _plain(a) == _plain(b)
-
-
-def _plain(location: str) -> str:
-    for prefix in ("file://", "file:"):
-        if location.startswith(prefix):
-            location = location[len(prefix) :]
-            break
-    return location.rstrip("/") or "/"
+    return plain_location(a) == plain_location(b)

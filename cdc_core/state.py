@@ -15,7 +15,7 @@ from cdc_core.errors import CdcError, TerminalError
 from cdc_core.events import RelationDescriptor
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.storage import Location, write_atomic
+from cdc_core.storage import Location, plain_location, write_atomic
 
 
 def read_json(path: Location) -> Any:
@@ -81,11 +81,7 @@ def mirror_owner(lake: Lake, mirror: str) -> str | None:
     """The pipeline whose lake holds the mirror at `mirror` (a silver table's location,
     `<root>/silver/<schema>/<table>`, as a catalog gives it, `file:` or not); None when no
     lake is there (it moved away) or none can be read there."""
-    for prefix in ("file://", "file:"):
-        if mirror.startswith(prefix):
-            mirror = mirror[len(prefix) :]
-            break
-    root = mirror.rstrip("/").rsplit("/", 3)[0]
+    root = plain_location(mirror).rsplit("/", 3)[0]
     try:
         stored = read_json(owner_file(Lake(root, lake.options)))
     except (OSError, ValueError, CdcError):  # gone, unreachable, or not a lake's

@@ -206,6 +206,16 @@ def bucket_of(uri: str) -> str | None:
     return rest.strip("/").partition("/")[0] if sep and scheme in OBJECT_SCHEMES else None
 
 
+def plain_location(uri: str) -> str:
+    """A location as one spelling: `file:/x`, `file:///x` and `/x/` are `/x` (a catalog's
+    table locations come with `file:`); object store URIs keep their scheme."""
+    for prefix in ("file://", "file:"):
+        if uri.startswith(prefix):
+            uri = uri[len(prefix) :]
+            break
+    return uri.rstrip("/") or "/"
+
+
 def location(root: str, options: S3Options | None = None) -> Location:
     """The lake root `root` as a location: a local path (plain or `file:`), or an object path."""
     scheme, sep, rest = root.partition("://")
