@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
+from cdc_core import dropped
 from cdc_core.bronze import (
     BronzeOptions,
     BronzeSummary,
@@ -78,9 +79,10 @@ def apply_staged(
             frontier = applied_end(spark, lake).value
             if recorded is not None:
                 frontier = max(frontier, Lsn.parse(str(recorded["confirmed"])).value)
-        tables = list(config.pipeline.source.tables)
+        tables = list(source.followed)  # a dropped table's last changes too
         settings = silver_settings(config)
         silver = apply_silver(spark, lake, tables, settings, frontier=frontier, caught=caught)
+        dropped.applied(lake, config, [r.table for r in silver if r.error is None], frontier)
     except Exception as e:
         if not driver_died(e):
             raise

@@ -10,6 +10,7 @@ any other failure drops the file too, and stops the run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -41,7 +42,14 @@ from cdc_core.pg.slot import (
 from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budget
 from cdc_core.stager import Limits, StagedFile, Stager, XidFloor
 from cdc_core.start import slot_missing
-from cdc_core.state import catalog_file, heartbeat_file, read_json, record_confirmed, write_json
+from cdc_core.state import (
+    catalog_file,
+    heartbeat_file,
+    read_json,
+    record_confirmed,
+    schema_history,
+    write_json,
+)
 from cdc_core.transient import as_transient, transient_failures
 
 log = logging.getLogger("cdc_core.capture")
@@ -204,9 +212,10 @@ def _capture_until(
     reader = _Recording(slot, lake, source.slot)
     with connect(source.dsn) as catalog_conn:
         assembler = Assembler(
-            source.tables,
+            source.followed,
             lambda rel, types: _described(
-                config, catalog.describe_relation(catalog_conn, rel, types)
+                config,
+                _keyed(lake, catalog_conn, catalog.describe_relation(catalog_conn, rel, types)),
             ),
             skip_before=stager.published_end,
             stop_at=end,
@@ -215,7 +224,7 @@ def _capture_until(
             keep_message=source.keeps_message,
             slot=source.slot,  # reset markers other pipelines on the database write are dropped
             columns=source.column_rules(),
-            oids=_captured_oids(catalog_conn, lake, source.tables),
+            oids=_captured_oids(catalog_conn, lake, source.followed),
         )
         reader.open(stager.durable_end())
         try:
@@ -243,6 +252,19 @@ def _captured_oids(
         if isinstance(entry := recorded.get(str(t)), dict) and "oid" in entry
     }
     return oids | {t: e.oid for t, e in catalog_entries(conn, list(tables)).items()}
+
+
+def _keyed(
+    lake: Lake, conn: catalog.Connection, described: RelationDescriptor
+) -> RelationDescriptor:
+    """A relation the catalog found no primary key for, keyed by the newest key the lake's
+    schema history holds for it when the table is gone (dropped since the change was made:
+    the catalog lost its key with it, `cdc_core.dropped`)."""
+    if described.primary_key or catalog.relation_exists(conn, described.oid):
+        return described
+    history = schema_history(lake, TableName(described.schema, described.table).qualified)
+    key = next((d.primary_key for _, d in reversed(history) if d.primary_key), ())
+    return dataclasses.replace(described, primary_key=key) if key else described
 
 
 def _described(config: Config, described: RelationDescriptor) -> RelationDescriptor:

@@ -17,8 +17,12 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CdcError, UsageError, text_of
+
+if TYPE_CHECKING:
+    from cdc_core.config import Config
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -91,9 +95,29 @@ def _doctor(args: argparse.Namespace) -> int:
     from cdc_core.pg.doctor import format_report, run_doctor
 
     config = load_pipeline(args.pipeline, args.env)
-    report = run_doctor(config)
+    report = run_doctor(_with_dropped(config))
     print(format_report(report, color=sys.stdout.isatty()))
     return EXIT_OK if report.ok else EXIT_USAGE
+
+
+def _with_dropped(config: Config) -> Config:
+    """`config` with the captured tables its lake found dropped at the source, as a run sees
+    them (the doctor warns of them instead of failing); as it is when the source or the lake
+    cannot be read (the doctor says why of the source)."""
+    import psycopg
+
+    from cdc_core import dropped
+    from cdc_core.lake import Lake
+    from cdc_core.pg.connect import connect
+    from cdc_core.pg.discover import discover
+
+    try:
+        lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+        with connect(config.pipeline.source.dsn) as conn:
+            return dropped.find(conn, discover(config, conn), lake, save=False)
+    except (CdcError, OSError, psycopg.Error) as e:
+        logging.getLogger("cdc_core.cli").debug("dropped tables not looked for: %s", e)
+        return config
 
 
 def seconds(text: str) -> float:
@@ -202,7 +226,7 @@ def _validate(args: argparse.Namespace) -> int:
     from cdc_core.identifiers import TableName
     from cdc_core.pg.discover import discover
 
-    config = discover(load_pipeline(args.pipeline, args.env))
+    config = _with_dropped(discover(load_pipeline(args.pipeline, args.env)))  # none to compare
     captured = config.pipeline.source.tables
     tables = []
     for text in args.table or []:

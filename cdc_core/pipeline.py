@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cdc_core import faults
+from cdc_core import dropped, faults
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
 from cdc_core.config import Config
@@ -118,7 +118,7 @@ def run(config: Config, options: RunOptions) -> RunSummary:
 
 def _run(loaded: Config, lake: Lake, options: RunOptions) -> RunSummary:
     started = time.monotonic()
-    config = discover(loaded)  # source.tables omitted: found in the catalog, every run
+    config = _with_dropped(discover(loaded), lake)  # tables omitted: found in the catalog
     if config.pipeline.source.discovered:
         log.info("%s", describe(config))
     pipeline = config.pipeline
@@ -211,8 +211,8 @@ def _continuous(
 ) -> RunSummary:  # fmt: skip
     """Batches every `capture.trigger_interval_s` until SIGTERM/SIGINT (the batch in hand
     finishes) or `--max-batches`; transient failures are retried with backoff. `loaded`: the
-    configuration as loaded, whose tables a source without `source.tables` finds again before
-    every batch after the first."""
+    configuration as loaded, whose tables are found again before every batch after the first
+    (created since, for a source without `source.tables`, or dropped)."""
     stop = threading.Event()
 
     def stopping(signum: int, _frame: object) -> None:
@@ -234,8 +234,8 @@ def _continuous(
             began = time.monotonic()
             try:
                 with transient_failures():  # a lost server or a timeout from any step
-                    if last is not None and config.pipeline.source.discovered:
-                        config = _rediscovered(loaded, config)
+                    if last is not None:  # tables created or dropped meanwhile
+                        config = _rediscovered(loaded, config, lake)
                     last = batch(spark, config, lake, totals, mirrors)
             except TransientError as e:
                 failures += 1
@@ -282,10 +282,18 @@ def _say_connected(lake: Lake, pipeline: str, reachable: bool) -> None:
         log.warning("cdc_connected not written: %s", e)
 
 
-def _rediscovered(loaded: Config, config: Config) -> Config:
-    """The tables of a source without `source.tables`, found again between two batches; a
-    changed set is checked as a run's start checks it (the doctor) before a batch reads it."""
-    found = _after_first_batch(discover(loaded))
+def _with_dropped(config: Config, lake: Lake) -> Config:
+    """`config` following its captured tables dropped at the source (`cdc_core.dropped`)."""
+    with connect(config.pipeline.source.dsn) as conn:
+        return dropped.find(conn, config, lake)
+
+
+def _rediscovered(loaded: Config, config: Config, lake: Lake) -> Config:
+    """The captured tables, found again between two batches (a source without `source.tables`
+    finds them in the catalog); a changed set is checked as a run's start checks it (the doctor)
+    before a batch reads it. A table dropped meanwhile is followed until its last changes are
+    applied."""
+    found = _after_first_batch(_with_dropped(discover(loaded), lake))
     if found.pipeline.source.tables != config.pipeline.source.tables:
         log.info("%s", describe(found))
         _check_source(found)

@@ -387,6 +387,24 @@ class IdentityRules:
 
 
 @dataclass(frozen=True)
+class DroppedTable:
+    """A captured table dropped at the source (`cdc_core.dropped`): the OID the lake recorded
+    for it, and a WAL position every change of it comes before."""
+
+    table: TableName
+    oid: int
+    before: int  # an LSN read after the table was found gone: the DROP committed before it
+    applied: bool = False  # silver holds every change of it: nothing more is followed
+
+    def to_json(self) -> dict[str, object]:
+        return {"oid": self.oid, "before": self.before, "applied": self.applied}
+
+    @classmethod
+    def from_json(cls, table: TableName, data: Mapping[str, object]) -> DroppedTable:
+        return cls(table, int(str(data["oid"])), int(str(data["before"])), bool(data["applied"]))
+
+
+@dataclass(frozen=True)
 class SourceConfig:
     """The PostgreSQL side: where to connect and what to capture."""
 
@@ -616,6 +634,8 @@ class SourceConfig:
     )  # fmt: skip
     discovered: bool = field(default=False, init=False, repr=False, compare=False)
     """The tables are found in the source's catalog (`source.tables` omitted), not listed."""
+    dropped: tuple[DroppedTable, ...] = field(default=(), init=False, repr=False, compare=False)
+    """Captured tables dropped at the source, no longer in `tables` (`cdc_core.dropped`)."""
 
     def __post_init__(self) -> None:
         self._add_password()
@@ -713,6 +733,21 @@ class SourceConfig:
         object.__setattr__(found, "tables", tuple(tables))
         object.__setattr__(found, "discovered", True)
         return found
+
+    def with_dropped(self, dropped: Sequence[DroppedTable]) -> SourceConfig:
+        """This source without the `dropped` tables in `tables`: their changes made before the
+        drop are followed (`followed`) until silver has applied them (`cdc_core.dropped`)."""
+        gone = {d.table for d in dropped}
+        found = copy.copy(self)
+        object.__setattr__(found, "tables", tuple(t for t in self.tables if t not in gone))
+        object.__setattr__(found, "dropped", tuple(dropped))
+        return found
+
+    @property
+    def followed(self) -> tuple[TableName, ...]:
+        """The tables whose changes the stream is read for: the captured ones and the dropped
+        ones whose last changes silver has not applied yet."""
+        return self.tables + tuple(d.table for d in self.dropped if not d.applied)
 
     def _check_placeholder(self) -> None:
         try:

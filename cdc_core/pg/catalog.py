@@ -442,6 +442,11 @@ def describe_relation(
     )
 
 
+def relation_exists(conn: Connection, oid: int) -> bool:
+    """Whether `oid` is a relation's in the catalog now (a dropped table's is no one's)."""
+    return bool(_rows(conn, "SELECT 1 FROM pg_class WHERE oid = %s::oid", (oid,)))
+
+
 def own_rows(conn: psycopg.Connection[Any], table: TableName) -> sql.Composed:
     """What a query reads `table`'s rows from: `ONLY t` for a table, whose inheritance
     children's rows are theirs (the stream sends their changes as the child's, and a table

@@ -3,8 +3,9 @@
 Debezium captures every table the schema and table lists let through; so does a pipeline that
 lists no tables, reading the catalog at the start of every run (and in the commands that need
 the table set). A table created since the last run is then a table added to the pipeline: its
-first snapshot is incremental (`start._plan`, "new tables"). A table dropped since is no longer
-captured; its mirror stays as it was.
+first snapshot is incremental (`start._plan`, "new tables"). A table dropped since is followed
+until the changes made to it before the drop are in its mirror (`cdc_core.dropped`), then no
+longer captured; its mirror keeps its last rows.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A pipeline that lists no tables captures those its include list matches, found in the
 source's catalog at every run (Debezium's way): a table created later is snapshotted and
-streamed as a newly added one; a table dropped is no longer captured and its mirror stays."""
+streamed as a newly added one; a table dropped is no longer captured, and its mirror keeps its
+last rows, the changes made before the drop in."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ from cdc_core.pipeline import batch
 from cdc_core.snapshot import load_jobs
 from tests.integration.conftest import PgServer
 from tests.integration.harness import Pipeline, ingest_ok, make_pipeline, sql
-from tests.integration.mirror import assert_mirror_equals_source
+from tests.integration.mirror import (
+    assert_mirror_equals_source,
+    shape_of,
+    silver_rows,
+    source_rows,
+)
 
 ORDERS, LINES, NOTES = (TableName("public", n) for n in ("orders", "OrderLines", "order_notes"))
 
@@ -34,8 +40,10 @@ def run_in_process(p: Pipeline, spark: SparkSession) -> None:
     """A run's batch in this process and its Spark session (a JVM less to start): the tables
     found first, as `ingest` finds them."""
     from cdc_core.pg.discover import discover
+    from cdc_core.pipeline import _with_dropped
 
-    batch(spark, discover(load_pipeline("p", "local", home=p.home)), p.lake, Totals())
+    config = _with_dropped(discover(load_pipeline("p", "local", home=p.home)), p.lake)
+    batch(spark, config, p.lake, Totals())
 
 
 def test_tables_the_include_list_matches_are_found_and_a_new_one_is_snapshotted_and_streamed(
@@ -71,14 +79,17 @@ def test_tables_the_include_list_matches_are_found_and_a_new_one_is_snapshotted_
         assert_mirror_equals_source(spark, p.lake, dsn, table)
     sql(dsn,
         "INSERT INTO order_notes VALUES (21, 'streamed')", "UPDATE order_notes SET note = 'u' "
-        "WHERE id = 1", "UPDATE orders SET v = 'again' WHERE id = 6", 'DROP TABLE "OrderLines"')  # fmt: skip
-    run_in_process(p, spark)  # OrderLines is gone: no longer captured, and the run goes on
+        "WHERE id = 1", "UPDATE orders SET v = 'again' WHERE id = 6",
+        'UPDATE "OrderLines" SET qty = -qty WHERE id <= 3', 'INSERT INTO "OrderLines" VALUES (26, 0)')  # fmt: skip
+    last = source_rows(dsn, shape_of(p.lake, LINES))  # its rows as it is dropped
+    sql(dsn, 'DROP TABLE "OrderLines"')
+    run_in_process(p, spark)  # OrderLines is gone: its last changes are applied, the run goes on
 
     assert published(dsn, f"pub_{p.slot}") == {"public.orders", "public.order_notes"}
     assert assert_mirror_equals_source(spark, p.lake, dsn, NOTES) == 21
     assert assert_mirror_equals_source(spark, p.lake, dsn, ORDERS) == 40
-    lines = spark.read.format("delta").load(p.lake.silver(LINES))
-    assert lines.count() == 25  # the mirror stays as the table last was
+    assert silver_rows(spark, p.lake, shape_of(p.lake, LINES)) == last  # as the table last was
+    assert sum(last.values()) == 26
     jobs = {j.origin: [t.table for t in j.tables] for j in load_jobs(p.lake)}
     assert jobs == {"snapshot.mode initial": [LINES, ORDERS], "new tables": [NOTES]}
     bronze = spark.read.format("delta").load(p.lake.bronze)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from cdc_core.config import Config, load_pipeline, with_tables
 from cdc_core.errors import ConfigError
 from cdc_core.identifiers import TableName
+from cdc_core.lake import Lake
 from cdc_core.pg.discover import CatalogTable, captured_tables, heartbeat_target
 from tests.unit.test_config import CONTRACT, write_home
 
@@ -158,13 +160,30 @@ def test_continuous_batches_find_the_tables_again_and_check_a_changed_set(
                [TableName("public", "a"), TableName("public", "b")]]  # fmt: skip
     checked: list[tuple[TableName, ...]] = []
     monkeypatch.setattr(pipeline, "discover", lambda c: with_tables(c, catalog.pop(0)))
+    monkeypatch.setattr(pipeline, "_with_dropped", lambda c, lake: c)  # none dropped
+    lake = Lake(str(tmp_path / "lake"))
     monkeypatch.setattr(
         pipeline, "_check_source", lambda c: checked.append(c.pipeline.source.tables)
     )
     first = pipeline.discover(loaded)
-    same = pipeline._rediscovered(loaded, first)
+    same = pipeline._rediscovered(loaded, first, lake)
     assert checked == []  # the set the run's start checked
     assert same.pipeline.snapshot.mode == "initial"  # `always` snapshots once per run
-    grown = pipeline._rediscovered(loaded, same)
+    grown = pipeline._rediscovered(loaded, same, lake)
     assert checked == [(TableName("public", "a"), TableName("public", "b"))]
     assert grown.pipeline.source.tables == checked[0]
+
+
+def test_a_dropped_table_leaves_the_tables_and_is_followed_until_applied(tmp_path: Path) -> None:
+    from cdc_core.config.model import DroppedTable
+
+    source = load(tmp_path, CONTRACT).pipeline.source
+    items = TableName("public", "order_items")
+    gone = DroppedTable(items, 16390, 0x3000060)
+    dropped = source.with_dropped([gone])
+    assert dropped.tables == (TableName("public", "customers"), TableName("public", "orders"))
+    assert dropped.followed == (*dropped.tables, items)  # its last changes are read
+    assert source.tables[2] == items  # the loaded source stays as it was
+    done = DroppedTable(items, 16390, 0x3000060, applied=True)
+    assert source.with_dropped([done]).followed == dropped.tables  # applied: no longer read
+    assert DroppedTable.from_json(items, json.loads(json.dumps(gone.to_json()))) == gone

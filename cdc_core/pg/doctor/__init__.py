@@ -18,6 +18,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from cdc_core.config import Config, SourceConfig
+from cdc_core.config.model import DroppedTable
 from cdc_core.errors import LoginError, TerminalError, TransientError
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection
@@ -73,6 +74,7 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
     checks = [Check("connect", "pass", who)]
     if source.discovered:
         checks.append(Check("discovery", "pass", describe(config)))
+    checks += [_dropped(ctx, d) for d in source.dropped]
     for name, step in _STEPS:
         try:
             result = step(ctx)
@@ -80,6 +82,20 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
             result = Check(name, "fail", f"the check itself failed: {error_reason(e)}")
         checks.extend(result if isinstance(result, list) else [result])
     return checks
+
+
+def _dropped(ctx: Context, d: DroppedTable) -> Check:
+    """A captured table dropped at the source (`cdc_core.dropped`): not a failure, its mirror
+    keeps the table's last rows."""
+    done = ("its mirror holds its last changes" if d.applied else
+            "the run applies the changes made to it before the drop to its mirror, by its OID "
+            f"{d.oid}, then keeps the mirror as it is")  # fmt: skip
+    detail = f"{d.table} was dropped in database {quoted(ctx.database.name)}: {done}"
+    if ctx.source.discovered:
+        return Check(f"table {d.table}", "warn", detail, "nothing to do; delete its folder "
+                     "under silver/ if the mirror is not wanted")  # fmt: skip
+    return Check(f"table {d.table}", "warn", detail,
+                 f"{ctx.pipeline_file}: source.tables: remove {d.table}")  # fmt: skip
 
 
 def _unreachable(config: Config, reason: str, fix: str) -> DoctorReport:
