@@ -6,8 +6,11 @@ run that stops."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.config import load_pipeline
@@ -68,3 +71,42 @@ def test_a_listed_tables_changes_before_its_drop_reach_its_mirror_and_the_run_go
     run_in_process(p, spark)  # the dropped table is no longer followed; the others go on
     assert silver_rows(spark, p.lake, shape) == last
     assert assert_mirror_equals_source(spark, p.lake, dsn, ORDERS) == 20
+
+
+def test_a_listed_table_dropped_between_continuous_batches_is_followed_to_its_drop(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from cdc_core import pipeline
+
+    dsn = pg.dsn(database)
+    sql(dsn,
+        "CREATE TABLE orders (id int PRIMARY KEY, v text)",
+        "CREATE TABLE lines (id int PRIMARY KEY, qty int)",
+        "INSERT INTO orders SELECT g, 'o' || g FROM generate_series(1, 10) g",
+        "INSERT INTO lines SELECT g, g FROM generate_series(1, 10) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.orders", "public.lines"], snapshot="initial",
+                      extra="capture:\n  trigger_interval_s: 0.1\n")  # fmt: skip
+    last: list[Counter[tuple[object, ...]]] = []
+    one_batch = pipeline.batch
+
+    def then_drop(*args: Any, **kwargs: Any) -> pipeline.RunSummary:
+        done = one_batch(*args, **kwargs)
+        if not last:  # between the first batch and the second
+            sql(dsn, "UPDATE lines SET qty = 0 WHERE id <= 4", "DELETE FROM lines WHERE id = 10",
+                "INSERT INTO lines VALUES (11, 11)")  # fmt: skip
+            last.append(source_rows(dsn, shape_of(p.lake, LINES)))
+            sql(dsn, "DROP TABLE lines", "UPDATE orders SET v = 'after' WHERE id = 1")
+        return done
+
+    monkeypatch.setattr(pipeline, "batch", then_drop)
+    loaded = load_pipeline("p", "local", home=p.home)
+    options = pipeline.RunOptions(continuous=True, max_batches=3)
+    pipeline._continuous(spark, _with_dropped(loaded, p.lake), p.lake, options, Totals(),
+                         loaded=loaded)  # fmt: skip
+
+    assert silver_rows(spark, p.lake, shape_of(p.lake, LINES)) == last[0]
+    assert sum(last[0].values()) == 10
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ORDERS) == 10
+    recorded = json.loads((Path(p.lake.root) / "_state" / "dropped.json").read_text())
+    assert recorded["public.lines"]["applied"] is True
