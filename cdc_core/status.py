@@ -9,6 +9,7 @@ missing or lost slot, a pipeline that has not run for `--stale-after`, or an unr
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -16,7 +17,7 @@ from typing import Literal
 
 import psycopg
 
-from cdc_core import delta_log
+from cdc_core import delta_log, dropped
 from cdc_core.config import Config, Dsn, SourceConfig, with_tables
 from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, ConfigError
 from cdc_core.identifiers import TableName
@@ -30,6 +31,8 @@ from cdc_core.snapshot import load_jobs
 from cdc_core.stager import staged_files
 from cdc_core.state import known_tables_file, other_cluster, read_json, stream_file
 from cdc_core.storage import Location
+
+log = logging.getLogger("cdc_core.status")
 
 BRONZE_WATERMARK = "bronze_staged_end"  # cdc_core.bronze.WATERMARK (bronze imports pyspark)
 SILVER_WATERMARK = "silver_applied"  # cdc_core.silver.WATERMARK
@@ -97,6 +100,7 @@ class TableStatus:
     staged_end: str | None = None  # bronze: end LSN of the last staged file appended
     error: str | None = None
     dead_letters: int = 0  # silver: changes set aside in _state/dead_letters (warn, skip)
+    dropped: Literal["following", "applied"] | None = None  # the source table was dropped
 
 
 @dataclass(frozen=True)
@@ -169,12 +173,15 @@ def gather_status(
     batch = read_last_batch(lake)
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
     dead = read_dead_letters(lake)
+    gone = _dropped(lake)
+    shown = [*pipeline.source.tables, *(t for t in gone if t not in pipeline.source.tables)]
     tables = tuple(
         replace(
             table_status(str(t), lake.place(lake.silver(t)), SILVER_WATERMARK),
             dead_letters=dead.get(t.qualified, 0),
+            dropped=gone.get(t),
         )
-        for t in pipeline.source.tables
+        for t in shown
     )
     snapshots, snapshot_problem = read_snapshots(lake)
     status = PipelineStatus(
@@ -190,6 +197,17 @@ def gather_status(
     if verdict is not None:
         (problems if verdict[0] == "fail" else warnings).append(verdict[1])
     return replace(status, problems=tuple(problems), warnings=tuple(warnings))
+
+
+def _dropped(lake: Lake) -> dict[TableName, Literal["following", "applied"]]:
+    """The captured tables found dropped at the source (`cdc_core.dropped`), and whether their
+    mirror holds their last changes; none when the record cannot be read."""
+    try:
+        found = dropped.recorded(lake)
+    except (OSError, ValueError, KeyError) as e:
+        log.warning("_state/dropped.json not read: %s", e)
+        return {}
+    return {t: "applied" if d.applied else "following" for t, d in found.items()}
 
 
 def captured(config: Config, lake: Lake) -> Config:
@@ -470,9 +488,16 @@ def _table_lines(tables: tuple[TableStatus, ...]) -> list[str]:
             rows.append((t.table, "-", _absent(t)))
         else:
             dead = f"; {t.dead_letters} in _state/dead_letters" if t.dead_letters else ""
-            rows.append((t.table, _opt(t.rows), _applied(t) + dead))
+            gone = _DROPPED[t.dropped] if t.dropped else ""
+            rows.append((t.table, _opt(t.rows), _applied(t) + dead + gone))
     name_w, rows_w = (max(len(r[i]) for r in rows) for i in (0, 1))
     return [f"{n.ljust(name_w)}  {r.rjust(rows_w)}  {a}".rstrip() for n, r, a in rows]
+
+
+_DROPPED = {
+    "following": "; dropped at the source, its last changes not all applied yet",
+    "applied": "; dropped at the source, its last changes applied",
+}
 
 
 def _applied(t: TableStatus) -> str:

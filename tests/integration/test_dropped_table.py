@@ -66,6 +66,8 @@ def test_a_listed_tables_changes_before_its_drop_reach_its_mirror_and_the_run_go
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert 'public.lines was dropped in database "' in doctor.stdout
     assert "its mirror holds its last changes" in doctor.stdout
+    status = p.cdc("status", "--pipeline", "p")
+    assert "dropped at the source, its last changes applied" in status.stdout, status.stdout
 
     sql(dsn, "UPDATE orders SET v = 'later' WHERE id = 4")
     run_in_process(p, spark)  # the dropped table is no longer followed; the others go on

@@ -99,7 +99,7 @@ def test_status_of_a_pipeline_whose_slot_was_dropped_exits_1_and_says_so(
     assert status_json(p)["tables"] == [{
         "table": "public.items", "state": "not_created", "rows": None, "version": None,
         "applied_lsn": None, "applied_seq": None, "staged_end": None, "error": None,
-        "dead_letters": 0,
+        "dead_letters": 0, "dropped": None,
     }]  # fmt: skip
 
     sql(dsn, f"SELECT pg_drop_replication_slot('{p.slot}')")

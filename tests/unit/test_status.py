@@ -371,6 +371,7 @@ def test_the_json_form_has_stable_snake_case_keys() -> None:
         "table": "public.orders", "state": "created", "rows": 200, "version": 4,
         "applied_lsn": "0/16B3748", "applied_seq": 5, "staged_end": None, "error": None,
         "dead_letters": 0,
+        "dropped": None,
     }  # fmt: skip
     assert data["tables"][1]["state"] == "not_created"
     assert data["last_batch"]["freshness_max_s"] == 3.5
@@ -477,6 +478,20 @@ def test_a_table_with_dead_letters_says_how_many() -> None:
 
     assert st.format_status(sample(tables=(held,))).splitlines()[12] == (
         "public.orders   200  0/16B3748 #5; 3 in _state/dead_letters"
+    )
+
+
+def test_a_table_dropped_at_the_source_says_whether_its_last_changes_are_applied() -> None:
+    lines = st.TableStatus("public.lines", "created", 19, 6, "0/16B3748", 2, dropped="applied")
+    items = st.TableStatus("public.items", "created", 7, 2, "0/16B3700", 0, dropped="following")
+
+    text = st.format_status(sample(tables=(lines, items))).splitlines()
+    assert (
+        text[12]
+        == "public.lines    19  0/16B3748 #2; dropped at the source, its last changes applied"
+    )
+    assert text[13] == (
+        "public.items     7  0/16B3700 #0; dropped at the source, its last changes not all applied yet"
     )
 
 
