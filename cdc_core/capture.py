@@ -43,10 +43,10 @@ from cdc_core.reader import HEARTBEAT_PREFIX, WATERMARK_PREFIX, Assembler, Budge
 from cdc_core.stager import Limits, StagedFile, Stager, XidFloor
 from cdc_core.start import slot_missing
 from cdc_core.state import (
-    catalog_file,
     heartbeat_file,
     read_json,
     record_confirmed,
+    recorded_oids,
     schema_history,
     write_json,
 )
@@ -245,13 +245,9 @@ def _captured_oids(
     """Each captured table's OID, which the reader follows it by through renames and moves: the
     catalog's now, past the end of the WAL this capture reads, else the one the run's start
     recorded (a table renamed since is not found by its name)."""
-    recorded = read_json(catalog_file(lake)) or {}
-    oids = {
-        t: int(str(entry["oid"]))
-        for t in tables
-        if isinstance(entry := recorded.get(str(t)), dict) and "oid" in entry
+    return recorded_oids(lake, tables) | {
+        t: e.oid for t, e in catalog_entries(conn, list(tables)).items()
     }
-    return oids | {t: e.oid for t, e in catalog_entries(conn, list(tables)).items()}
 
 
 def _keyed(

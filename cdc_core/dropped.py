@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import psycopg
 
@@ -33,7 +33,7 @@ from cdc_core.drift import catalog_entries
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg.slot import flush_position
-from cdc_core.state import catalog_file, known_tables_file, read_json, write_json
+from cdc_core.state import known_tables_file, read_json, recorded_oids, write_json
 from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.dropped")
@@ -73,7 +73,7 @@ def find(conn: Conn, config: Config, lake: Lake, *, save: bool = True) -> Config
     if not candidates and not stored:
         return config
     missing = set(candidates) - set(catalog_entries(conn, sorted(candidates, key=str)))
-    gone = _gone(conn, _recorded_oids(lake, missing))
+    gone = _gone(conn, recorded_oids(lake, missing))
     before = flush_position(conn).value if gone else 0  # after the catalog said gone: the DROP
     # committed before it
     now = []
@@ -100,16 +100,6 @@ def find(conn: Conn, config: Config, lake: Lake, *, save: bool = True) -> Config
     found = copy.copy(config)
     object.__setattr__(found, "pipeline", pipeline)
     return found
-
-
-def _recorded_oids(lake: Lake, tables: Collection[TableName]) -> dict[TableName, int]:
-    """The OID each of `tables` had when a run's start last found it (`_state/catalog.json`)."""
-    entries = read_json(catalog_file(lake)) or {}
-    return {
-        t: int(str(entry["oid"]))
-        for t in tables
-        if isinstance(entry := entries.get(str(t)), dict) and "oid" in entry
-    }
 
 
 def _gone(conn: Conn, oids: Mapping[TableName, int]) -> dict[TableName, int]:

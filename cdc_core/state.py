@@ -8,11 +8,13 @@ and their progress, the tables it knows, the signals it has carried out.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from cdc_core.errors import CdcError, TerminalError
 from cdc_core.events import RelationDescriptor
+from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.storage import Location, plain_location, write_atomic
@@ -133,6 +135,17 @@ def memberships_file(lake: Lake) -> Location:
 def catalog_file(lake: Lake) -> Location:
     """Each table's catalog entry as the last run saw it (`drift.CatalogEntry`)."""
     return lake.state / "catalog.json"
+
+
+def recorded_oids(lake: Lake, tables: Iterable[TableName]) -> dict[TableName, int]:
+    """The OID each of `tables` had when a run's start last found it (`catalog_file`); a table
+    it never found is left out."""
+    entries = read_json(catalog_file(lake)) or {}
+    return {
+        t: int(str(entry["oid"]))
+        for t in tables
+        if isinstance(entry := entries.get(str(t)), dict) and "oid" in entry
+    }
 
 
 def caught_up_file(lake: Lake) -> Location:
