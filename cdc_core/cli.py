@@ -108,13 +108,10 @@ def _with_dropped(config: Config) -> Config:
 
     from cdc_core import dropped
     from cdc_core.lake import Lake
-    from cdc_core.pg.connect import connect
-    from cdc_core.pg.discover import discover
 
     try:
-        lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
-        with connect(config.pipeline.source.dsn) as conn:
-            return dropped.find(conn, discover(config, conn), lake, save=False)
+        return dropped.found(config, Lake.of(config.pipeline.target.root, config.env.spark.conf),
+                             save=False)  # fmt: skip
     except (CdcError, OSError, psycopg.Error) as e:
         logging.getLogger("cdc_core.cli").debug("dropped tables not looked for: %s", e)
         return config

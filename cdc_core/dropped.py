@@ -32,6 +32,8 @@ from cdc_core.config.model import DroppedTable
 from cdc_core.drift import catalog_entries
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
+from cdc_core.pg.connect import connect
+from cdc_core.pg.discover import discover
 from cdc_core.pg.slot import flush_position
 from cdc_core.state import known_tables_file, read_json, recorded_oids, write_json
 from cdc_core.storage import Location
@@ -56,6 +58,13 @@ def recorded(lake: Lake) -> dict[TableName, DroppedTable]:
 
 def _save(lake: Lake, dropped: Iterable[DroppedTable]) -> None:
     write_json(dropped_file(lake), {str(d.table): d.to_json() for d in dropped})
+
+
+def found(config: Config, lake: Lake, *, save: bool = True) -> Config:
+    """`config` with the tables it captures (found in the catalog when `source.tables` is
+    omitted) and following those dropped at the source (`find`), on one connection."""
+    with connect(config.pipeline.source.dsn) as conn:
+        return find(conn, discover(config, conn), lake, save=save)
 
 
 def find(conn: Conn, config: Config, lake: Lake, *, save: bool = True) -> Config:

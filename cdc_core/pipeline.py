@@ -48,7 +48,7 @@ from cdc_core.metrics import (
 from cdc_core.notifications import Notifier, flush_notifications_table
 from cdc_core.pg.catalog import TableInfo, table_info
 from cdc_core.pg.connect import connect
-from cdc_core.pg.discover import describe, discover
+from cdc_core.pg.discover import describe
 from cdc_core.pg.doctor import Check, run_doctor
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import autoset_replica_identity
@@ -118,7 +118,7 @@ def run(config: Config, options: RunOptions) -> RunSummary:
 
 def _run(loaded: Config, lake: Lake, options: RunOptions) -> RunSummary:
     started = time.monotonic()
-    config = _with_dropped(discover(loaded), lake)  # tables omitted: found in the catalog
+    config = dropped.found(loaded, lake)  # tables omitted: found in the catalog
     if config.pipeline.source.discovered:
         log.info("%s", describe(config))
     pipeline = config.pipeline
@@ -282,18 +282,12 @@ def _say_connected(lake: Lake, pipeline: str, reachable: bool) -> None:
         log.warning("cdc_connected not written: %s", e)
 
 
-def _with_dropped(config: Config, lake: Lake) -> Config:
-    """`config` following its captured tables dropped at the source (`cdc_core.dropped`)."""
-    with connect(config.pipeline.source.dsn) as conn:
-        return dropped.find(conn, config, lake)
-
-
 def _rediscovered(loaded: Config, config: Config, lake: Lake) -> Config:
     """The captured tables, found again between two batches (a source without `source.tables`
     finds them in the catalog); a changed set is checked as a run's start checks it (the doctor)
     before a batch reads it. A table dropped meanwhile is followed until its last changes are
     applied."""
-    found = _after_first_batch(_with_dropped(discover(loaded), lake))
+    found = _after_first_batch(dropped.found(loaded, lake))
     if found.pipeline.source.tables != config.pipeline.source.tables:
         log.info("%s", describe(found))
         _check_source(found)

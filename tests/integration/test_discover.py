@@ -39,10 +39,9 @@ def published(dsn: str, publication: str) -> set[str]:
 def run_in_process(p: Pipeline, spark: SparkSession) -> None:
     """A run's batch in this process and its Spark session (a JVM less to start): the tables
     found first, as `ingest` finds them."""
-    from cdc_core.pg.discover import discover
-    from cdc_core.pipeline import _with_dropped
+    from cdc_core.dropped import found
 
-    config = _with_dropped(discover(load_pipeline("p", "local", home=p.home)), p.lake)
+    config = found(load_pipeline("p", "local", home=p.home), p.lake)
     batch(spark, config, p.lake, Totals())
 
 

@@ -14,9 +14,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.config import load_pipeline
+from cdc_core.dropped import found
 from cdc_core.identifiers import TableName
 from cdc_core.metrics import Totals
-from cdc_core.pipeline import _with_dropped, batch
+from cdc_core.pipeline import batch
 from tests.integration.conftest import PgServer
 from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source, shape_of, silver_rows, source_rows
@@ -27,7 +28,7 @@ ORDERS, LINES = TableName("public", "orders"), TableName("public", "lines")
 def run_in_process(p: Pipeline, spark: SparkSession) -> None:
     """A run's batch in this process and its Spark session, with the dropped tables found as
     `ingest` finds them."""
-    batch(spark, _with_dropped(load_pipeline("p", "local", home=p.home), p.lake), p.lake, Totals())
+    batch(spark, found(load_pipeline("p", "local", home=p.home), p.lake), p.lake, Totals())
 
 
 def test_a_listed_tables_changes_before_its_drop_reach_its_mirror_and_the_run_goes_on(
@@ -104,7 +105,7 @@ def test_a_listed_table_dropped_between_continuous_batches_is_followed_to_its_dr
     monkeypatch.setattr(pipeline, "batch", then_drop)
     loaded = load_pipeline("p", "local", home=p.home)
     options = pipeline.RunOptions(continuous=True, max_batches=3)
-    pipeline._continuous(spark, _with_dropped(loaded, p.lake), p.lake, options, Totals(),
+    pipeline._continuous(spark, found(loaded, p.lake), p.lake, options, Totals(),
                          loaded=loaded)  # fmt: skip
 
     assert silver_rows(spark, p.lake, shape_of(p.lake, LINES)) == last[0]

@@ -159,13 +159,16 @@ def test_continuous_batches_find_the_tables_again_and_check_a_changed_set(
     catalog = [[TableName("public", "a")], [TableName("public", "a")],
                [TableName("public", "a"), TableName("public", "b")]]  # fmt: skip
     checked: list[tuple[TableName, ...]] = []
-    monkeypatch.setattr(pipeline, "discover", lambda c: with_tables(c, catalog.pop(0)))
-    monkeypatch.setattr(pipeline, "_with_dropped", lambda c, lake: c)  # none dropped
+
+    def found(config: Config, lake: Lake) -> Config:  # the catalog of now, none dropped
+        return with_tables(config, catalog.pop(0))
+
+    monkeypatch.setattr(pipeline.dropped, "found", found)
     lake = Lake(str(tmp_path / "lake"))
     monkeypatch.setattr(
         pipeline, "_check_source", lambda c: checked.append(c.pipeline.source.tables)
     )
-    first = pipeline.discover(loaded)
+    first = found(loaded, lake)
     same = pipeline._rediscovered(loaded, first, lake)
     assert checked == []  # the set the run's start checked
     assert same.pipeline.snapshot.mode == "initial"  # `always` snapshots once per run
