@@ -115,6 +115,18 @@ class PublicationInfo:
     """(table, oid) of its `pg_publication_rel` rows (FOR TABLE)."""
     schema_rows: frozenset[tuple[str, int]] = frozenset()
     """(schema, oid) of its `pg_publication_namespace` rows (FOR TABLES IN SCHEMA, 15+)."""
+    row_filters: frozenset[tuple[TableName, str]] = frozenset()
+    """(table, WHERE expression) of the tables it publishes only some rows of (15+)."""
+    column_lists: frozenset[tuple[TableName, tuple[str, ...]]] = frozenset()
+    """(table, columns) of the tables it publishes only some columns of (15+)."""
+
+    def row_filter(self, table: TableName) -> str | None:
+        """The condition a row of `table` must meet for its changes to be sent, if any."""
+        return next((where for t, where in self.row_filters if t == table), None)
+
+    def column_list(self, table: TableName) -> tuple[str, ...] | None:
+        """The only columns of `table` whose values are sent, if it names them."""
+        return next((columns for t, columns in self.column_lists if t == table), None)
 
     def lacks(self, tables: Sequence[TableName]) -> list[TableName]:
         """The `tables` it does not publish (none when it is FOR ALL TABLES)."""
@@ -279,11 +291,23 @@ def settings(conn: Connection, names: Sequence[str]) -> dict[str, Setting]:
 
 def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
     """The publication called `name` in this database, or None."""
-    schema_rows = "'{}'::text[]"  # FOR TABLES IN SCHEMA came with PostgreSQL 15
+    # FOR TABLES IN SCHEMA, row filters and column lists came with PostgreSQL 15
+    schema_rows = row_filters = column_lists = "'{}'::text[]"
     if conn.info.server_version >= 150000:
         schema_rows = """ARRAY(SELECT ARRAY[n.nspname::text, s.oid::text]
                      FROM pg_publication_namespace s JOIN pg_namespace n ON n.oid = s.pnnspid
                      WHERE s.pnpubid = p.oid)"""
+        # the filter in effect: a table its schema publishes too is published whole
+        row_filters = """ARRAY(SELECT ARRAY[t.schemaname::text, t.tablename::text, t.rowfilter]
+                     FROM pg_publication_tables t
+                     WHERE t.pubname = p.pubname AND t.rowfilter IS NOT NULL)"""
+        # a column list excludes FOR TABLES IN SCHEMA from the publication: its own row has it
+        column_lists = """ARRAY(SELECT ARRAY[n.nspname::text, c.relname::text, a.attname::text]
+                     FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
+                     JOIN pg_namespace n ON n.oid = c.relnamespace
+                     JOIN pg_attribute a ON a.attrelid = r.prrelid
+                                        AND a.attnum = ANY(r.prattrs::int2[])
+                     WHERE r.prpubid = p.oid ORDER BY r.oid, a.attnum)"""
     rows = _rows(
         conn,
         """
@@ -303,7 +327,7 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
                      FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid
                      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE r.prpubid = p.oid),
                """
-        + schema_rows
+        + ",\n".join((schema_rows, row_filters, column_lists))
         + """
         FROM pg_publication p WHERE p.pubname = %s
         """,
@@ -311,7 +335,11 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
     )
     if not rows:
         return None
-    ((owner, is_owner, all_tables, operations, tables, via_root, table_rows, schemas),) = rows
+    ((owner, is_owner, all_tables, operations, tables, via_root, table_rows, schemas, filters,
+      columns),) = rows  # fmt: skip
+    listed: dict[TableName, list[str]] = {}
+    for s, t, column in columns:
+        listed.setdefault(TableName(s, t), []).append(str(column))
     return PublicationInfo(
         name=name,
         owner=str(owner),
@@ -322,6 +350,8 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
         via_root=bool(via_root),
         table_rows=frozenset((TableName(s, t), int(oid)) for s, t, oid in table_rows),
         schema_rows=frozenset((str(s), int(oid)) for s, oid in schemas),
+        row_filters=frozenset((TableName(s, t), str(where)) for s, t, where in filters),
+        column_lists=frozenset((t, tuple(names)) for t, names in listed.items()),
     )
 
 

@@ -459,10 +459,51 @@ def test_a_publication_without_updates_fails(pg: PgServer, shop: str, tmp_path: 
     result = check(run_doctor(make_config(tmp_path, pg.dsn(shop))), "publication")
 
     assert result.status == "fail"
-    assert "does not publish update, delete" in result.detail
-    assert result.fix == (
-        "ALTER PUBLICATION \"orders_cdc\" SET (publish = 'insert, update, delete, truncate');"
+    assert "does not publish update, delete, truncate: those changes would never reach" in (
+        result.detail
     )
+    assert result.fix == (
+        "ALTER PUBLICATION \"orders_cdc\" SET (publish = 'insert, update, delete, truncate');\n"
+        "or leave them out of the mirrors: pipelines/orders.yaml: source.skipped.operations: u,d,t"
+    )
+
+
+def test_a_publication_without_truncate_fails_unless_the_pipeline_skips_truncate(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    run(pg, shop, "CREATE PUBLICATION orders_cdc FOR TABLE customers, orders "
+                  "WITH (publish = 'insert, update, delete')")  # fmt: skip
+
+    result = check(run_doctor(make_config(tmp_path, pg.dsn(shop))), "publication")
+    assert result.status == "fail"
+    assert "does not publish truncate: those changes would never reach the mirrors" in (
+        result.detail
+    )
+    assert result.fix.endswith("source.skipped.operations: t")
+
+    skipping = make_config(tmp_path, pg.dsn(shop), sections={"source": {"skipped.operations": "t"}})
+    assert check(run_doctor(skipping), "publication").status == "pass"
+
+
+def test_a_row_filter_or_column_list_on_a_captured_table_fails_until_published_whole(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    run(pg, shop, "CREATE PUBLICATION orders_cdc FOR TABLE customers WHERE (id > 5 AND name <> 'x'), "
+                  "orders (id, customer_id)")  # fmt: skip
+    config = make_config(tmp_path, pg.dsn(shop))
+
+    result = check(run_doctor(config), "publication")
+
+    assert result.status == "fail"
+    assert ("it publishes only the rows of public.customers WHERE ((id > 5) AND (name <> 'x'::text))"
+            ": a snapshot reads them all") in result.detail  # fmt: skip
+    assert "it publishes only columns id, customer_id of public.orders: the mirror" in result.detail
+    *statements, note = result.fix.splitlines()
+    assert note.startswith("(the next run snapshots each table published anew")
+    assert len(statements) == 2
+    for statement in statements:  # the fix as printed makes the publication whole
+        run(pg, shop, statement)
+    assert check(run_doctor(config), "publication").status == "pass"
 
 
 def test_an_existing_pgoutput_slot_passes(pg: PgServer, shop: str, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The doctor's check of the pipeline's publication: the one there (operations, missing tables,
-who may add them, partitions) or, when there is none, whether the role may create it."""
+who may add them, partitions, row filters and column lists) or, when there is none, whether the
+role may create it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from cdc_core.pg.doctor.context import SHARED_OWNERSHIP, Context, quoted
 from cdc_core.pg.doctor.report import Check
 from cdc_core.pg.slot import VIA_ROOT, published
 
-REQUIRED_OPERATIONS = ("insert", "update", "delete")
+OPERATIONS = {"c": "insert", "u": "update", "d": "delete", "t": "truncate"}
+"""skipped.operations codes and the publication's publish operations they stand for."""
 
 
 def _names(tables: list[TableName]) -> str:
@@ -26,11 +28,20 @@ def publication(ctx: Context) -> Check:
     detail = f"{quoted(pub.name)} publishes {len(present) - len(missing)} of {len(present)} tables"
     detail += " (FOR ALL TABLES)" if pub.all_tables else ""
     problems, fixes = [], []
-    absent_ops = [op for op in REQUIRED_OPERATIONS if op not in pub.operations]
-    if absent_ops:
-        problems.append(f"it does not publish {', '.join(absent_ops)}")
+    skipped = ctx.source.skipped_operations.codes
+    wanted = [op for code, op in OPERATIONS.items() if code not in skipped]
+    absent = [op for op in wanted if op not in pub.operations]
+    if absent:
+        problems.append(f"it does not publish {', '.join(absent)}: those changes would never "
+                        "reach the mirrors, which would then differ from the source")  # fmt: skip
         publish = "ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate');"
         fixes.append(ctx.render(publish, pub_id))
+        leave = ",".join(c for c, op in OPERATIONS.items() if c in skipped or op in absent)
+        fixes.append(f"or leave them out of the mirrors: {ctx.pipeline_file}: "
+                     f"source.skipped.operations: {leave}")  # fmt: skip
+    problems_of_rows, refresh = _partly_published(ctx, pub_id)
+    problems += problems_of_rows
+    fixes += refresh
     # Only missing tables make the product run ALTER PUBLICATION ... ADD TABLE (and only under
     # publication.autocreate.mode filtered), which needs ownership of the publication and of
     # each table it adds (PostgreSQL 15). The other modes stop the run
@@ -70,6 +81,37 @@ def publication(ctx: Context) -> Check:
     elif not pub.is_owner:
         detail += f"; used as it is (owner {quoted(pub.owner)})"
     return Check("publication", "pass", detail)
+
+
+def _partly_published(ctx: Context, pub_id: sql.Identifier) -> tuple[list[str], list[str]]:
+    """What a row filter or column list (PostgreSQL 15+) on a captured table would do to its
+    mirror, and the fix: the table published whole, taken out and added back in one transaction
+    (no change goes unsent), which a run then snapshots again as a table published anew (its
+    `pg_publication_rel` row is new), so a mirror fed through the filter comes back in line."""
+    assert ctx.publication is not None
+    problems, partial = [], []
+    for info in ctx.present:
+        table, where = info.name, ctx.publication.row_filter(info.name)
+        columns = ctx.publication.column_list(info.name)
+        if where is not None:
+            problems.append(
+                f"it publishes only the rows of {table} WHERE {where}: a snapshot reads them all, "
+                "and a row the condition leaves out would keep the values it was read with"
+            )
+        if columns is not None:
+            problems.append(
+                f"it publishes only columns {', '.join(columns)} of {table}: the mirror would "
+                "not keep the others up to date"
+            )
+        if where is not None or columns is not None:
+            partial.append(table)
+    whole = [ctx.render("BEGIN; ALTER PUBLICATION {} DROP TABLE {}; ALTER PUBLICATION {} ADD TABLE "
+                        "{}; COMMIT;", pub_id, published([t]), pub_id, published([t]))
+             for t in partial]  # fmt: skip
+    if whole:
+        whole.append("(the next run snapshots each table published anew, as a mirror a run fed "
+                     "through the filter needs)")  # fmt: skip
+    return problems, whole
 
 
 def _publication_to_create(ctx: Context) -> Check:
