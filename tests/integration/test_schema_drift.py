@@ -177,19 +177,18 @@ def test_a_row_filter_put_on_the_publication_stops_the_run_until_the_table_is_pu
         "UPDATE items SET v = 'under the filter' WHERE id <= 15",
         "DELETE FROM items WHERE id IN (1, 2, 20)")  # fmt: skip
 
-    refused = p.ingest()
+    refused = p.ingest("--capture-only")  # the run's start: no Spark needed to see it stop
 
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert "it publishes only the rows of public.items WHERE (id > 10)" in refused.stderr
     doctor = p.cdc("doctor", "--pipeline", "p")
     assert doctor.returncode == 2, doctor.stdout
-    fix = [line.strip() for line in doctor.stdout.splitlines() if "ALTER PUBLICATION" in line]
+    fix = [line.strip().removeprefix("fix: ") for line in doctor.stdout.splitlines()
+           if "ALTER PUBLICATION" in line]  # fmt: skip
     assert len(fix) == 1, doctor.stdout
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(fix[0].encode())  # BEGIN; DROP; ADD; COMMIT: the simple query protocol
     run = p.ingest()
     assert run.returncode == 0, run.stderr[-3000:]
-    assert assert_mirror_equals_source(spark, p.lake, dsn, items) == 47
-    sql(dsn, "UPDATE items SET v = 'whole again' WHERE id <= 5")  # streamed again
-    assert p.ingest().returncode == 0
+    assert "taken out of publication" in run.stderr  # and put back: snapshotted again
     assert assert_mirror_equals_source(spark, p.lake, dsn, items) == 47
