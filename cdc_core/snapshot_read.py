@@ -8,11 +8,15 @@ pipeline streams, the stream is then staged past the high watermark and the rows
 are dropped or brought up to date (`cdc_core.snapshot_window`). Each executor imports the
 snapshot (`SET TRANSACTION SNAPSHOT`) and reads one chunk, values as the type's output text
 (what pgoutput sends). The rows go to bronze as `op=r` events at the high watermark, carrying
-the read view, in one commit per group that Delta skips if it was already made.
+the read view, in one commit per group that Delta skips if it was already made. A pipeline
+that does not stream (`initial_only`) has nothing to bring the groups' moments together, so
+its groups all import one snapshot, exported by a transaction held open across them
+(`shared_snapshot`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -20,7 +24,7 @@ import math
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -249,19 +253,48 @@ class TableGoneError(Exception):
     """The table was dropped since its snapshot was planned."""
 
 
+@dataclass(frozen=True)
+class SharedSnapshot:
+    """One MVCC snapshot that every group of a run's reads imports instead of taking its own:
+    without a stream to bring the groups' moments together, the reads must share one."""
+
+    name: str  # pg_export_snapshot()'s
+    view: ReadView
+
+
+@contextlib.contextmanager
+def shared_snapshot(dsn: Dsn) -> Iterator[SharedSnapshot]:
+    """A snapshot exported by a transaction held open for the block (none of the tables is
+    locked meanwhile: each group locks its own while it reads, as without it)."""
+    holder = connect(dsn, values=True)
+    try:
+        before = _one(holder, "SELECT pg_current_wal_flush_lsn()::text")
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        exported = _one(holder, "SELECT pg_export_snapshot()")  # takes the snapshot
+        snapshot = _one(holder, "SELECT pg_current_snapshot()::text")
+        position = _one(holder, "SELECT pg_current_wal_insert_lsn()::text")
+        view = ReadView.parse(snapshot, position, before)
+        yield SharedSnapshot(exported, view)
+    finally:
+        holder.close()  # ends the transaction, and with it the exported snapshot
+
+
 def read_group(
     spark: SparkSession, lake: Lake, dsn: Dsn, read: GroupRead, *, catch_up: CatchUp | None,
-    lock_timeout_ms: int = 10_000,
+    lock_timeout_ms: int = 10_000, shared: SharedSnapshot | None = None,
 ) -> tuple[ReadView, int, RelationDescriptor]:  # fmt: skip
     """Read the group's chunks under one snapshot and append them to bronze; (view, rows, the
     table's shape as read). `catch_up`: the pipeline streams, and the read is reconciled with
-    it (None: no stream)."""
+    it (None: no stream). `shared`: the snapshot to read under instead of one of its own."""
     coordinator = connect(dsn, values=True)
     url, props = jdbc_target(dsn, coordinator.info)  # the server the coordinator reached
     if "password" not in props and coordinator.info.password:  # from PGPASSWORD or a passfile:
         props["password"] = coordinator.info.password  # libpq found it, JDBC would not
     try:
-        before, exported = _take_snapshot(coordinator, read.table, lock_timeout_ms)
+        if shared is None:
+            before, exported = _take_snapshot(coordinator, read.table, lock_timeout_ms)
+        else:
+            exported = _import_snapshot(coordinator, shared, read.table, lock_timeout_ms)
         shape = catalog_descriptor(coordinator, read.table)  # locked
         shape = shape.keyed(read.keys.for_table(read.table, [c.name for c in shape.columns]))
         plan = read.rules.plan(shape)
@@ -270,10 +303,13 @@ def read_group(
         read = dataclasses.replace(
             read, columns=tuple(c.name for c in shape.columns), primary_key=shape.primary_key
         )
-        snapshot = _one(coordinator, "SELECT pg_current_snapshot()::text")
-        faults.point("snapshot.after_export")  # a transaction the read missed may commit here
-        position = _one(coordinator, "SELECT pg_current_wal_insert_lsn()::text")
-        view = ReadView.parse(snapshot, position, before)
+        if shared is None:
+            snapshot = _one(coordinator, "SELECT pg_current_snapshot()::text")
+            faults.point("snapshot.after_export")  # a transaction the read missed may commit
+            position = _one(coordinator, "SELECT pg_current_wal_insert_lsn()::text")
+            view = ReadView.parse(snapshot, position, before)
+        else:
+            view = shared.view
         props |= {
             "sessionInitStatement": (
                 f"{VALUE_SET}; BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
@@ -338,6 +374,35 @@ def _take_snapshot(
     faults.point("window.low_watermark")
     exported = _one(conn, "SELECT pg_export_snapshot()")  # takes the snapshot
     return before, exported
+
+
+def _import_snapshot(
+    conn: psycopg.Connection[tuple[object, ...]], shared: SharedSnapshot, table: TableName,
+    lock_timeout_ms: int,
+) -> str:  # fmt: skip
+    """Open the read's transaction under the shared snapshot and lock `table`; the snapshot's
+    name. TRUNCATE and the ALTER TABLEs that rewrite a table are not MVCC-safe: one committed
+    since the snapshot was taken would leave a read under it the table emptied, so the table
+    must have the storage it had then (the lock keeps it so while the group is read)."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(shared.name)))
+    conn.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
+    _lock(conn, table, lock_timeout_ms)
+    # pg_class as the snapshot saw it, against pg_relation_filenode: the catalog of now
+    rewritten = conn.execute(
+        """SELECT count(*) FILTER (WHERE c.oid IS NULL OR (c.relkind <> 'p'
+                                  AND c.relfilenode IS DISTINCT FROM pg_relation_filenode(c.oid)))
+           FROM (SELECT %(t)s::regclass UNION SELECT relid FROM pg_partition_tree(%(t)s)) t(oid)
+           LEFT JOIN pg_class c ON c.oid = t.oid""",
+        {"t": sql.Identifier(table.schema, table.name).as_string(conn)},
+    ).fetchone()
+    if rewritten is None or rewritten[0]:
+        raise TerminalError(
+            f"snapshot of {table}: the table was emptied or rewritten (TRUNCATE, VACUUM FULL or "
+            "an ALTER TABLE that rewrites it) after the snapshot every table is read under was "
+            "taken, so a read under it would not find its rows; run again for a new snapshot"
+        )
+    return shared.name
 
 
 def _lock(conn: psycopg.Connection[tuple[object, ...]], table: TableName, timeout_ms: int) -> None:
@@ -566,50 +631,65 @@ def read_jobs(
     progress = Progress(total_rows, total_chunks)
     with connect(dsn, values=True) as conn:
         database = str(conn.info.dbname)
-    read, first = 0, True
-    for job, part in pending:
-        by_number = {c.number: c for c in part.plan.chunks}
-        groups = part.groups(max_threads)
-        for n in range(part.groups_done, len(groups)):
-            if signals is not None and not first:  # the run's start took those before
-                signals()
-            first = False
-            if job.stopped or job.paused or part.done:
-                break
-            if not any(t.groups_done or t.done for t in job.tables):
-                notify.job(job, NotificationType.STARTED)  # again if a run dies before a group
-            group = GroupRead(
-                job.id, job.kind, pipeline, database, part.table, part.plan,
-                tuple(by_number[c] for c in groups[n]), n, part.condition, part.query, fetch_size,
-                keys=keys, rules=rules, skipped=skipped,
-            )  # fmt: skip
-            try:
-                view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up)
-            except TableGoneError:
-                log.warning(
-                    "snapshot %s: %s no longer exists; its snapshot ends", job.id, part.table
-                )
-                part.done = True
-                gone = TableScanStatus.SKIPPED
-                notify.job(job, NotificationType.TABLE_SCAN_COMPLETED, part, status=gone)
-                if job.finished:
-                    notify.job(job, NotificationType.COMPLETED)
+    if catch_up is None:  # no stream to bring the groups' moments together: one snapshot
+        _warn_resumed({j.id: j for j, _ in pending}.values())
+    with shared_snapshot(dsn) if catch_up is None else contextlib.nullcontext() as shared:
+        read, first = 0, True
+        for job, part in pending:
+            by_number = {c.number: c for c in part.plan.chunks}
+            groups = part.groups(max_threads)
+            for n in range(part.groups_done, len(groups)):
+                if signals is not None and not first:  # the run's start took those before
+                    signals()
+                first = False
+                if job.stopped or job.paused or part.done:
+                    break
+                if not any(t.groups_done or t.done for t in job.tables):
+                    notify.job(job, NotificationType.STARTED)  # again if a run dies before one
+                group = GroupRead(
+                    job.id, job.kind, pipeline, database, part.table, part.plan,
+                    tuple(by_number[c] for c in groups[n]), n, part.condition, part.query,
+                    fetch_size, keys=keys, rules=rules, skipped=skipped,
+                )  # fmt: skip
+                try:
+                    view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up,
+                                                   shared=shared)  # fmt: skip
+                except TableGoneError:
+                    log.warning(
+                        "snapshot %s: %s no longer exists; its snapshot ends", job.id, part.table
+                    )
+                    part.done = True
+                    gone = TableScanStatus.SKIPPED
+                    notify.job(job, NotificationType.TABLE_SCAN_COMPLETED, part, status=gone)
+                    if job.finished:
+                        notify.job(job, NotificationType.COMPLETED)
+                    job.save(lake)
+                    break
+                faults.point("snapshot.chunk_read")
+                record_schema(lake, shape, view.position.value)  # silver types the rows by it
+                part.groups_done, part.rows = n + 1, part.rows + rows
+                part.first = view.before.value if part.first is None else part.first
+                if part.groups_done == len(groups):
+                    part.last = view.position.value
+                _notify_read(notify, job, part)  # before the save: at least once, as a topic
                 job.save(lake)
-                break
-            faults.point("snapshot.chunk_read")
-            record_schema(lake, shape, view.position.value)  # silver types the rows by it
-            part.groups_done, part.rows = n + 1, part.rows + rows
-            part.first = view.before.value if part.first is None else part.first
-            if part.groups_done == len(groups):
-                part.last = view.position.value
-            _notify_read(notify, job, part)  # before the save: at least once, as a topic is
-            job.save(lake)
-            faults.point("snapshot.chunk_done")
-            log.info("snapshot %s: %s group %d of %d read (%d rows)",
-                     job.id, part.table, n + 1, len(groups), rows)  # fmt: skip
-            progress.advance(rows, len(groups[n]))
-            read += rows
-    return read
+                faults.point("snapshot.chunk_done")
+                log.info("snapshot %s: %s group %d of %d read (%d rows)",
+                         job.id, part.table, n + 1, len(groups), rows)  # fmt: skip
+                progress.advance(rows, len(groups[n]))
+                read += rows
+        return read
+
+
+def _warn_resumed(jobs: Iterable[SnapshotJob]) -> None:
+    """A snapshot a run resumes without a stream goes on under a new snapshot: say so."""
+    for job in jobs:
+        if any(t.groups_done or t.done for t in job.tables):
+            log.warning(
+                "snapshot %s resumes under a new MVCC snapshot: what it read before it was "
+                "interrupted is as of then, the rest as of now, so its mirrors are not the "
+                "source at one moment (for that, snapshot into a new lake)", job.id
+            )  # fmt: skip
 
 
 def _notify_read(notify: Notifier, job: SnapshotJob, part: TableSnapshot) -> None:

@@ -8,6 +8,7 @@ checks that they did (stream changes committed inside the snapshot's read window
 from __future__ import annotations
 
 import json
+import random
 import re
 import signal
 import subprocess
@@ -19,10 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from cdc_core.config import Dsn
+from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.notifications import notifications_table, sink_records
 from cdc_core.pg.connect import VALUE_SETTINGS
@@ -30,8 +34,9 @@ from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, WorkloadStats, run_workload
 from cdc_core.signals import signal_table_ddl
 from cdc_core.snapshot import SnapshotJob, load_jobs
+from cdc_core.snapshot_read import _import_snapshot, shared_snapshot
 from tests.integration.conftest import PgServer
-from tests.integration.harness import ROOT, Pipeline, make_pipeline
+from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 SHOP = [TableName("public", t) for t in ("customers", "orders", "order_items")]
@@ -521,6 +526,98 @@ def test_initial_only_snapshots_without_a_slot(
         conn.execute("DELETE FROM orders")
     ingest(p)  # done already: neither a snapshot nor a stream
     assert spark.read.format("delta").load(p.lake.silver(SHOP[1])).count() == 360
+
+
+ACCOUNTS, MOVES = TableName("public", "accounts"), TableName("public", "moves")
+TOTAL = 1_000 * 1_000
+
+
+def _transfers(dsn: str, stop: threading.Event, done: list[int]) -> None:
+    """Transactions that keep two invariants every consistent state of the source holds: the
+    balances sum to TOTAL, and the accounts' `moved` counts sum to the rows of `moves`. One in
+    four also moves an account to a new key past every other (a delete and an insert for a
+    snapshot's chunks). `done[0]` counts the committed ones."""
+    rng = random.Random(7)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not stop.is_set():
+            ids = [int(str(r[0])) for r in conn.execute(
+                "SELECT id FROM accounts TABLESAMPLE BERNOULLI (1) LIMIT 2").fetchall()]  # fmt: skip
+            if len(ids) < 2:
+                continue
+            a, b = ids
+            with conn.transaction():
+                conn.execute("UPDATE accounts SET balance = balance - 7, moved = moved + 1 "
+                             "WHERE id = %s", (a,))  # fmt: skip
+                conn.execute("UPDATE accounts SET balance = balance + 7 WHERE id = %s", (b,))
+                conn.execute("INSERT INTO moves (amount) VALUES (7)")
+                if rng.random() < 0.25:
+                    conn.execute("UPDATE accounts SET id = (SELECT max(id) + 1 FROM accounts) "
+                                 "WHERE id = %s", (rng.choice(ids),))  # fmt: skip
+            done[0] += 1
+            stop.wait(0.02)  # about 40 a second: the machine's two cores are the reads' too
+
+
+def test_initial_only_is_one_consistent_snapshot_of_every_table_while_the_source_is_written(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """initial_only has no stream to reconcile its reads with, so every group of every table is
+    read under one MVCC snapshot: the mirrors are the source at one moment, which invariants
+    that hold across chunks and across tables show."""
+    dsn = pg.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint, moved int)")
+        conn.execute("INSERT INTO accounts SELECT g, 1000, 0 FROM generate_series(1, 1000) g")
+        conn.execute("CREATE TABLE moves (id bigserial PRIMARY KEY, amount int)")
+    p = make_pipeline(tmp_path, dsn, ["public.accounts", "public.moves"], snapshot="initial_only",
+                      snapshot_extra="chunk.size: 100\nmax.threads: 1\n")  # fmt: skip
+    stop, done, seen = threading.Event(), [0], {}
+    writer = threading.Thread(target=_transfers, args=(dsn, stop, done))
+    writer.start()
+    try:
+        proc = p.start_ingest()
+        assert proc.stderr is not None
+        for line in proc.stderr:  # how many transfers committed while the groups were read
+            for n in (1, 10):
+                if f"public.accounts group {n} of 10 read" in line:
+                    seen[n] = done[0]
+        assert proc.wait(timeout=900) == 0
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+
+    assert seen[10] - seen[1] >= 10, seen  # the source was written all through the reads
+    accounts = spark.read.format("delta").load(p.lake.silver(ACCOUNTS))
+    moves = spark.read.format("delta").load(p.lake.silver(MOVES))
+    row = accounts.agg(
+        F.count("*"), F.countDistinct("id"), F.sum("balance"), F.sum("moved")
+    ).first()
+    assert row is not None
+    assert tuple(row) == (1000, 1000, TOTAL, moves.count())
+
+
+def test_a_table_emptied_or_rewritten_after_the_shared_snapshot_was_taken_is_not_read_under_it(
+    pg: PgServer, database: str
+) -> None:
+    """TRUNCATE and table rewrites are not MVCC-safe: under a snapshot taken before them the
+    table reads empty. A group that imports the shared snapshot refuses such a table (a
+    partition of it too) instead of landing nothing for it."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE kept (id int PRIMARY KEY)", "CREATE TABLE emptied (id int PRIMARY KEY)",
+        "CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+        "CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100)",
+        "INSERT INTO kept VALUES (1)", "INSERT INTO emptied VALUES (1)",
+        "INSERT INTO parted VALUES (1)")  # fmt: skip
+    kept, emptied, parted = (TableName("public", t) for t in ("kept", "emptied", "parted"))
+    with shared_snapshot(Dsn(dsn)) as shared:
+        sql(dsn, "TRUNCATE emptied", "TRUNCATE parted_1", "INSERT INTO kept VALUES (2)")
+        for table, refused in ((kept, False), (emptied, True), (parted, True)):
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                if refused:
+                    with pytest.raises(TerminalError, match=f"snapshot of {table}: the table was"):
+                        _import_snapshot(conn, shared, table, 1000)
+                    continue
+                assert _import_snapshot(conn, shared, table, 1000) == shared.name
+                assert conn.execute("SELECT count(*) FROM kept").fetchone() == (1,)  # as of then
 
 
 def test_new_table_and_blocking_signal_read_only_what_they_name(
