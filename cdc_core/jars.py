@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cdc_core.errors import SetupError
 
-POSTGRES_JDBC = "org.postgresql:postgresql:42.7.8"
+POSTGRES_JDBC = "org.postgresql:postgresql:42.7.14"
 SCALA_BINARY = "2.13"  # Spark 4 is built for Scala 2.13 only
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws"  # Hadoop's s3a:// connector (brings the AWS SDK v2)
 _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^/]*)\.jar$")

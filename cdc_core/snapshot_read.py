@@ -26,6 +26,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 from delta.tables import DeltaTable
@@ -106,9 +107,11 @@ def jdbc_target(dsn: Dsn, info: psycopg.ConnectionInfo | None = None) -> tuple[s
     # last: the settings are made again once the session is open.
     props = {"driver": "org.postgresql.Driver", "user": user, "options": VALUE_OPTIONS,
              "sessionInitStatement": VALUE_SET}  # fmt: skip
-    for key in ("password", "sslmode", "sslrootcert", "sslcert", "sslkey"):
+    for key in ("password", "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword"):
         if params.get(key):
             props[key] = str(params[key])
+    if props.get("sslkey"):
+        _check_client_key(Path(props["sslkey"]))
     if dsn.query_timeout_s > 0:  # Spark sets it on each chunk's statement: the driver cancels it
         props["queryTimeout"] = str(math.ceil(dsn.query_timeout_s))  # whole seconds, 0 is none
     return url, props
@@ -243,6 +246,32 @@ def _dollar_quotes(query: str, at: int) -> int:
     tag = query[at : end + 1]
     close = query.find(tag, end + 1)
     return len(query) - 1 if close < 0 else close + len(tag) - 1
+
+
+_READABLE_PEM = "-----BEGIN PRIVATE KEY-----"  # unencrypted PKCS #8: libpq and the JDBC driver
+
+
+def _check_client_key(path: Path) -> None:
+    """A PEM client key libpq reads but the JDBC driver of the snapshot reads cannot (it reads
+    PEM only as unencrypted PKCS #8: an encrypted, PKCS #1 or EC key fails every read with
+    "Could not read SSL key file", which passes for a lost connection) stops the run before a
+    read, naming the conversion. A key this process cannot open is left to the driver (on a
+    cluster, the executors')."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096).decode("ascii", "replace")
+    except OSError:
+        return
+    begin = next((line.strip() for line in head.splitlines() if line.startswith("-----BEGIN")), "")
+    if not begin or begin == _READABLE_PEM:
+        return  # DER (.pk8, with sslpassword), PKCS #12 (.p12) or readable PEM
+    kind = begin.removeprefix("-----BEGIN ").removesuffix("-----").lower()
+    raise TerminalError(
+        f"source.dsn: sslkey {path} is a PEM {kind}, which libpq reads but the PostgreSQL JDBC "
+        "driver of the snapshot reads does not (it reads unencrypted PKCS #8 PEM, "
+        f"{_READABLE_PEM}); convert it, `openssl pkcs8 -topk8 -nocrypt -in {path} -out "
+        "client.key`, keep the new file private (chmod 600) and point sslkey at it: both read it"
+    )
 
 
 CatchUp = Callable[[Lsn], object]

@@ -287,8 +287,10 @@ def _dsn(props: Mapping[str, str], out: Imported, shown: str) -> str:
         out.mapped.append(("database.password", f"${{{out.password_var}}} in source.dsn "
                            "(not written: set the variable)"))  # fmt: skip
     if "database.sslkey" in props:
-        out.notes.append("database.sslkey: libpq reads a PEM key, where JDBC reads PKCS-8 DER: "
-                         "convert the key if it is DER (openssl pkcs8 -inform DER)")  # fmt: skip
+        out.notes.append("database.sslkey: libpq, and the snapshot's JDBC reads with it, take "
+                         "an unencrypted PKCS-8 PEM key: convert a DER .pk8 key (openssl pkcs8 "
+                         "-inform DER -in KEY -out client.key, with -nocrypt if it is not "
+                         "encrypted, else -passin)")  # fmt: skip
     query = f"?{'&'.join(params)}" if params else ""
     dbname = quote(props["database.dbname"].strip(), safe="")
     return f"postgresql://{user}@{netloc}:{port}/{dbname}{query}"
