@@ -53,6 +53,16 @@ if [ -z "${CDC_TEST_PG_DSN:-}" ] && [ ! -x "$(pg_bindir)/initdb" ]; then
     fi
 fi
 
+# --- openssl, which the TLS test makes its certificates with ----------------------------------
+if ! command -v openssl >/dev/null 2>&1; then
+    if can_apt; then
+        say "installing openssl (Debian openssl), for the TLS test's certificates"
+        apt_install openssl
+    else
+        say "openssl not found: the TLS test needs it (Debian: sudo apt-get install openssl)"
+    fi
+fi
+
 # --- the project virtualenv --------------------------------------------------------------------
 stamp="$venv/.cdc-installed"
 if [ ! -x "$venv/bin/python" ]; then

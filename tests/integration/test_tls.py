@@ -84,6 +84,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
             privileges.ensure_roles(cluster.dsn())
             yield Tls(cluster.dsn(), cluster.port, client / "ca.crt", client / "client.crt",
                       client / "client.key")  # fmt: skip
+    except FileNotFoundError as e:
+        unavailable(f"no openssl for the TLS test's certificates (apt-get install openssl): {e}")
     except (SetupError, subprocess.CalledProcessError) as e:
         unavailable(f"no PostgreSQL with TLS for the TLS test: {e}")
 
