@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import time
@@ -171,19 +172,19 @@ def capture(config: Config, lake: Lake) -> CaptureSummary:
     )
     stager.recover()
     counts = [0, 0, 0]  # transactions, changes, changes filtered
-    for attempt in range(settings.retries + 1):
+    for attempt in itertools.count():
         try:
             with transient_failures():  # a catalog query cut off too, not only the stream
                 _capture_until(config, lake, stager, end, counts)
             break
         except TransientError as e:
             stager.abort()
-            if attempt == settings.retries:
+            if settings.gives_up(attempt + 1):
                 raise TransientError(
                     f"{e} (gave up after {attempt + 1} attempts; {len(stager.published)} files "
                     f"staged up to {stager.published_end} are safe, the next run resumes there)"
                 ) from e
-            wait = min(30.0, settings.retry_backoff_s * 2**attempt)
+            wait = min(30.0, settings.retry_backoff_s * 2 ** min(attempt, 16))
             log.warning("capture interrupted (%s); retrying in %.1f s", e, wait)
             time.sleep(wait)
         except BaseException:  # a full disk, say: the half-written file must not keep it full

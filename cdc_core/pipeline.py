@@ -240,11 +240,12 @@ def _continuous(
             except TransientError as e:
                 failures += 1
                 _say_connected(lake, config.pipeline.name, _reachable(config.pipeline.source.dsn))
-                if failures > settings.retries:
+                if settings.gives_up(failures):
                     raise
-                wait = min(settings.retry_backoff_s * 2 ** (failures - 1), 30.0)
-                log.warning("batch failed (%s); retry %d of %d in %.0f s",
-                            e, failures, settings.retries, wait)  # fmt: skip
+                wait = min(settings.retry_backoff_s * 2 ** min(failures - 1, 16), 30.0)
+                budget = "no limit" if settings.retries < 0 else f"of {settings.retries}"
+                log.warning("batch failed (%s); retry %d (%s) in %.0f s",
+                            e, failures, budget, wait)  # fmt: skip
                 stop.wait(wait)
                 continue
             failures = 0

@@ -20,10 +20,8 @@ from urllib.parse import quote
 from cdc_core.config.loader import suggest, yaml_key
 from cdc_core.config.model import (
     PipelineConfig,
-    SilverConfig,
     SnapshotConfig,
     SnapshotMode,
-    SourceConfig,
 )
 from cdc_core.errors import ConfigError
 from cdc_core.name_patterns import split_patterns
@@ -50,7 +48,8 @@ _LEGACY = {  # Debezium 1.x names and their successors
     "toasted.value.placeholder": "unavailable.value.placeholder",
 }  # fmt: skip
 _DEBEZIUM_DEFAULTS = {"skipped.operations": "t", "interval.handling.mode": "numeric",
-                      "publication.autocreate.mode": "all_tables"}  # fmt: skip
+                      "publication.autocreate.mode": "all_tables",
+                      "errors.max.retries": "-1"}  # fmt: skip
 _MILLISECONDS = frozenset({"database.query.timeout.ms"})  # Debezium's ms, this product's seconds
 _LEGACY_SNAPSHOT_MODES = {"schema_only": "no_data", "exported": "initial"}  # renamed, removed
 _PLAIN_TABLE = re.compile(r"[a-z_][a-z0-9_]*\\?\.[a-z_][a-z0-9_]*")
@@ -106,7 +105,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "read.only": "",
     "incremental.snapshot.watermarking.strategy": "",
     "incremental.snapshot.allow.schema.changes": "",
-    "errors.max.retries": "capture.retries bounds transient retries in a run",
     "schema.name.adjustment.mode": "mirror names are PostgreSQL's",
     "field.name.adjustment.mode": "column names are PostgreSQL's",
     "sanitize.field.names": "column names are PostgreSQL's",
@@ -415,7 +413,7 @@ def _defaults_that_differ(props: Mapping[str, str], out: Imported) -> None:
     differ = []
     for prop, debezium_default in _DEBEZIUM_DEFAULTS.items():
         target = targets[prop]
-        cls = SourceConfig if target.section == "source" else SilverConfig
+        cls = typing.get_type_hints(PipelineConfig)[target.section]
         ours = next(f.default for f in dataclasses.fields(cls) if yaml_key(f) == target.key)
         if prop not in props and str(ours) != debezium_default:
             differ.append(f"{prop} (Debezium {debezium_default}, here {ours})")

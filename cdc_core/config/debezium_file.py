@@ -167,8 +167,9 @@ def render(imported: Imported, shown: str) -> str:
                 header.extend(_comment(f"{kind}: {', '.join(props)}", "#   ", "#     "))
     for note in imported.notes:
         header.extend(_comment(f"Note: {note}", "# ", "#   "))
-    order = ("name", "source", "snapshot", "target", "silver")
-    data = {k: _ordered(k, imported.data[k]) for k in order if k in imported.data}
+    order = ("name", "source", "snapshot", "target", "silver")  # then any other section
+    keys = [*order, *(k for k in imported.data if k not in order)]
+    data = {k: _ordered(k, imported.data[k]) for k in keys if k in imported.data}
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
     return "\n".join(header) + "\n" + body
 

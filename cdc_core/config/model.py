@@ -996,7 +996,9 @@ class CaptureConfig:
     retries: int = field(
         default=5,
         metadata=meta("transient failures (lost connection, server restart) retried within a "
-                      "run before it exits with code 75"),
+                      "run before it exits with code 75; -1: no limit, the run waits for the "
+                      "source however long it is gone (Debezium's errors.max.retries -1)",
+                      debezium="errors.max.retries"),
     )  # fmt: skip
     retry_backoff_s: float = field(
         default=1.0, metadata=meta("first wait between retries; doubles each time, at most 30 s")
@@ -1023,6 +1025,10 @@ class CaptureConfig:
                       "file rewritten about once a day; unset: keep every line"),
     )  # fmt: skip
 
+    def gives_up(self, failures: int) -> bool:
+        """Whether a run stops (exit 75) after `failures` transient failures in a row."""
+        return 0 <= self.retries < failures
+
     def __post_init__(self) -> None:
         if self.batch_lines_retention_days is not None and self.batch_lines_retention_days < 1:
             raise FieldError(
@@ -1032,8 +1038,8 @@ class CaptureConfig:
         for key in ("chunk_changes", "file_changes", "peek_changes"):
             if getattr(self, key) < 1:
                 raise FieldError(key, f"{getattr(self, key)} must be at least 1")
-        if self.retries < 0:
-            raise FieldError("retries", f"{self.retries} must be 0 or more")
+        if self.retries < -1:
+            raise FieldError("retries", f"{self.retries} must be 0 or more, or -1 (no limit)")
         for key in ("retry_backoff_s", "trigger_interval_s", "metrics_table_interval_s"):
             if getattr(self, key) < 0:
                 raise FieldError(key, f"{getattr(self, key)} is negative")

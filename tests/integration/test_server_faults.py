@@ -161,6 +161,31 @@ def test_a_server_down_past_the_retry_budget_exits_75_and_the_next_run_loses_not
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "big")) == rows
 
 
+def test_with_retries_unlimited_a_run_waits_out_a_server_down_past_the_default_budget(
+    server: PgServer, dsn: str, tmp_path: Path
+) -> None:
+    """capture.retries -1 (Debezium's errors.max.retries -1): the run keeps retrying while the
+    server is down, past the 5 retries of the default, and finishes once it is back."""
+    cluster = server.cluster
+    assert cluster is not None
+    p = _with_backlog(dsn, tmp_path, CAPTURE.replace("0.2", "0.05") + "  retries: -1\n")
+    proc = p.start_ingest("--capture-only")
+    with _paused_mid_capture(p, proc):
+        cluster.stop("immediate")
+    assert proc.stderr is not None
+    retries = 0
+    for line in proc.stderr:  # 0.05 s, doubling: the 7th retry comes about 6 s after the crash
+        retries += "capture interrupted" in line
+        if retries == 7:
+            break
+    assert retries == 7, "the run stopped retrying"
+    cluster.start()
+
+    run = _finish(proc)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert _assert_staged_equals_truth(p) > ROWS  # nothing lost, nothing twice
+
+
 def test_a_database_that_does_not_exist_exits_1_naming_it(dsn: str, tmp_path: Path) -> None:
     """Not 75 ("safe to retry"): a scheduler would retry it forever."""
     p = make_pipeline(tmp_path, dsn, ["public.items"])

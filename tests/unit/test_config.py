@@ -446,6 +446,16 @@ def test_a_negative_retry_wait_is_refused(tmp_path: Path) -> None:
     assert message.endswith("capture.retry_backoff_s: -5.0 is negative")
 
 
+def test_retries_take_minus_one_for_no_limit_and_nothing_below(tmp_path: Path) -> None:
+    home = write_home(tmp_path, CONTRACT + "capture:\n  retries: -1\n")
+    unlimited = load_pipeline("orders", "local", home=home, environ={}).pipeline.capture
+    assert (unlimited.gives_up(1), unlimited.gives_up(10_000)) == (False, False)
+    default = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert [default.pipeline.capture.gives_up(n) for n in (5, 6)] == [False, True]
+    message = load_error(tmp_path, CONTRACT + "capture:\n  retries: -2\n")
+    assert message.endswith("capture.retries: -2 must be 0 or more, or -1 (no limit)")
+
+
 def test_booleans_from_environment_variables(tmp_path: Path) -> None:
     home = write_home(tmp_path, env="catalog:\n  register: ${REGISTER:-false}\n")
     settings, _ = load_env("local", home=home, environ={"REGISTER": "true"})

@@ -258,6 +258,16 @@ def test_time_precision_mode_nanoseconds_is_imported_and_loads(
     assert silver.time_precision_mode == "nanoseconds"
 
 
+def test_errors_max_retries_minus_one_carries_over_as_no_limit(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, write_json(home, BASE | {"errors.max.retries": "-1"}))
+    assert code == 0, err
+    assert pipeline_data(home)["capture"] == {"retries": -1}
+    capture = load_pipeline("shop", home=home, environ={"SHOP_PG_PASSWORD": "x"}).pipeline.capture
+    assert capture.gives_up(1_000) is False
+
+
 def test_one_to_one_properties_come_from_the_config_fields_metadata() -> None:
     targets = {prop: t.path for prop, t in mapped_properties().items()}
     assert targets["slot.name"] == "source.slot"
