@@ -92,15 +92,15 @@ def product_password() -> Iterator[None]:
 
 @pytest.fixture(scope="session", autouse=True)
 def class_archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The JVMs of the tier's children map Spark's classes from one archive (`jvm_archive`),
-    unless the caller set `SPARK_SUBMIT_OPTS` itself."""
+    """The JVMs of the tier's children map Spark's classes from one archive and keep to the
+    JIT's first tier (`jvm_archive`), unless the caller set `SPARK_SUBMIT_OPTS` itself."""
     if "SPARK_SUBMIT_OPTS" in os.environ:
         yield
         return
     archive = jvm_archive.build(tmp_path_factory.mktemp("jvm"))
     with pytest.MonkeyPatch.context() as patch:
-        if archive is not None:
-            patch.setenv("SPARK_SUBMIT_OPTS", jvm_archive.options(archive))
+        for name, value in jvm_archive.environment(archive).items():
+            patch.setenv(name, value)
         yield
 
 
