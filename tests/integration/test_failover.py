@@ -64,6 +64,7 @@ def _wait_replayed(primary: LocalPostgres, standby: LocalPostgres) -> None:
     raise AssertionError("the standby did not replay the primary's WAL within 60 s")
 
 
+@pytest.mark.slow
 def test_failover_to_a_promoted_standby_resnapshots_under_when_needed(
     primary: PgServer, tmp_path: Path, spark: SparkSession
 ) -> None:

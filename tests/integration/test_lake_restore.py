@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
@@ -23,6 +24,7 @@ from tests.integration.mirror import assert_mirror_equals_source
 ITEMS = TableName("public", "items")
 
 
+@pytest.mark.slow
 def test_a_lake_restored_from_an_older_backup_is_detected_and_resnapshotted(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

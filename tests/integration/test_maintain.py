@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -44,6 +45,7 @@ def parquet_files(path: str) -> int:
     return sum(1 for _ in Path(path).rglob("*.parquet"))
 
 
+@pytest.mark.slow
 def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

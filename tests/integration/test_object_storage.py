@@ -58,6 +58,7 @@ def changes(dsn: str, seed: int) -> None:
 
 
 @pytest.mark.usefixtures("s3_jars")  # resolved before any JVM starts: one clear error
+@pytest.mark.slow
 def test_ingest_on_a_standalone_cluster_into_s3_mirrors_the_source(  # noqa: PLR0917 - fixtures
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
     s3_server: S3Server, standalone: Standalone,

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import psycopg
+import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
@@ -30,6 +31,7 @@ def _mirrors_equal(spark: SparkSession, p: Pipeline, *tables: TableName) -> dict
     }
 
 
+@pytest.mark.slow
 def test_drift_is_healed_or_stops_only_its_table(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -91,6 +93,7 @@ def _silver_rows(spark: SparkSession, p: Pipeline, t: TableName) -> list[tuple[o
     return sorted(tuple(r) for r in df.select("id", "a", "b").collect())
 
 
+@pytest.mark.slow
 def test_a_table_taken_out_of_the_publication_is_added_back_and_snapshotted_again(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -121,6 +124,7 @@ def test_a_table_taken_out_of_the_publication_is_added_back_and_snapshotted_agai
     assert len([j for j in load_jobs(p.lake) if j.origin == "publication"]) == 1  # its new row
 
 
+@pytest.mark.slow
 def test_a_table_taken_out_of_the_publication_and_put_back_between_runs_is_snapshotted_again(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
@@ -17,6 +18,7 @@ from tests.integration.mirror import assert_mirror_equals_source
 T = TableName("public", "items")
 
 
+@pytest.mark.slow
 def test_one_pipelines_reset_leaves_another_pipelines_mirror_alone(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -147,6 +147,7 @@ def test_an_update_of_a_row_whose_key_is_toasted_is_not_a_key_change(
     assert sorted(r["op"] for r in bronze.select("op").collect()) == ["c", "c", "c", "u", "u"]
 
 
+@pytest.mark.slow
 def test_switching_soft_delete_off_removes_the_rows_it_left_marked_once(  # noqa: PLR0917 - fixtures
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],

@@ -252,6 +252,7 @@ def test_killed_snapshot_rereads_at_most_the_group_in_flight(
     assert reads_df.groupBy("source_table", "key").count().where("count > 1").count() == 0
 
 
+@pytest.mark.slow
 def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -439,6 +440,7 @@ def test_lost_position_fails_initial_and_when_needed_resnapshots(
     assert_shop_equal(spark, p)
 
 
+@pytest.mark.slow
 def test_two_pipelines_on_one_slot_are_named_not_taken_for_a_recreated_slot(
     pg: PgServer, database: str, tmp_path: Path
 ) -> None:
@@ -467,6 +469,7 @@ def test_two_pipelines_on_one_slot_are_named_not_taken_for_a_recreated_slot(
     assert "exists already and pipeline p" not in ingest(second).stderr  # its own position now
 
 
+@pytest.mark.slow
 def test_snapshot_command_reads_a_filtered_table(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -662,6 +665,7 @@ def test_new_table_and_blocking_signal_read_only_what_they_name(
         assert_mirror_equals_source(spark, p.lake, dsn, t)
 
 
+@pytest.mark.slow
 def test_snapshot_include_collection_list_limits_what_the_initial_snapshot_reads(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -691,6 +695,7 @@ def test_snapshot_include_collection_list_limits_what_the_initial_snapshot_reads
     assert [[t.table.name for t in j.tables] for j in jobs] == [["customers"]]
 
 
+@pytest.mark.slow
 def test_a_blocking_snapshot_command_with_where_reads_the_rows_it_names(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -767,6 +772,7 @@ def test_a_partitioned_table_is_mirrored_from_the_snapshot_and_the_stream(
     assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_a_parent_table_mirrors_its_own_rows_not_its_inheritance_childrens(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -138,6 +138,7 @@ def test_an_expectation_on_a_column_silver_does_not_have_is_a_usage_error_naming
     )
 
 
+@pytest.mark.slow
 def test_settle_compares_keys_that_were_lag_again_once_ingest_applied_them(
     pipeline_file: Pipeline, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -161,6 +162,7 @@ def test_settle_compares_keys_that_were_lag_again_once_ingest_applied_them(
     assert (table["verdict"], table["keys"], table["mismatching"]) == ("equal", [], 0)
 
 
+@pytest.mark.slow
 def test_a_typed_value_next_to_the_raw_text_of_the_source_value_is_a_difference(
     mirrored: Pipeline, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -185,6 +187,7 @@ def test_a_typed_value_next_to_the_raw_text_of_the_source_value_is_a_difference(
     assert table["verdict"] == "differs"
 
 
+@pytest.mark.slow
 def test_without_soft_delete_a_row_marked_deleted_is_a_row_of_the_mirror(
     mirrored: Pipeline, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
