@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
@@ -21,6 +22,7 @@ PERIODS = TableName("public", "periods")
 WARN = "silver:\n  event.processing.failure.handling.mode: warn\n"
 
 
+@pytest.mark.slow
 def test_a_key_silver_cannot_hold_is_set_aside_once_and_the_rest_applied(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -273,6 +273,7 @@ def test_heartbeats_run_their_query_are_recorded_and_move_the_slot(
     assert all("ts_ms" in json.loads(bytes(r["message"]["content"])) for r in beats)
 
 
+@pytest.mark.slow
 def test_replica_identity_is_set_at_start_where_asked(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -326,6 +327,7 @@ def test_a_hex_placeholder_and_money_fraction_digits_reach_bronze_and_silver(
                                        modes=modes) == 2  # fmt: skip
 
 
+@pytest.mark.slow
 def test_transaction_metadata_placeholder_and_source_types(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

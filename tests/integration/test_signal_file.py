@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.config import load_pipeline
@@ -21,6 +22,7 @@ from tests.integration.mirror import assert_mirror_equals_source
 ITEMS = TableName("public", "items")
 
 
+@pytest.mark.slow
 def test_a_line_of_the_signal_file_snapshots_a_table_once(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

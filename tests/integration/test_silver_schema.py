@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
@@ -100,6 +101,7 @@ def test_a_table_without_key_is_mirrored_as_a_multiset(
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "bag")) == 3
 
 
+@pytest.mark.slow
 def test_a_generated_column_is_left_out_of_the_mirror(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
