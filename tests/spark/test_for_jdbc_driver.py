@@ -76,6 +76,6 @@ def test_the_driver_sends_any_text_as_written(spark: SparkSession) -> None:
     rng = random.Random(20261126)
     pieces = [*"'\"?$-/*\\eE \n\rt_1", "--", "/*", "*/", "E'", "''", "$$", "$t$", "\\'", "??",
               "\u00e9", "\u20ac", "\U0001f600", "\u0301"]  # fmt: skip
-    for _ in range(4000):
+    for _ in range(1500):  # 4,000 until 2026-11-28: 110 s of the CI's 90 minutes on a slow day
         text = "SELECT " + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
         assert sent(spark, for_jdbc(text)) == (text, 0), repr(text)
