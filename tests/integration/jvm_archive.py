@@ -74,12 +74,7 @@ def environment(archive: Path | None) -> dict[str, str]:
     one (made next to the archive) and the project's log4j2 configuration by name instead."""
     if archive is None:
         return {"SPARK_SUBMIT_OPTS": _C1}
-    return {
-        "SPARK_CONF_DIR": str(_empty_conf(archive.parent)),
-        "SPARK_SUBMIT_OPTS": (
-            f"-XX:SharedArchiveFile={archive} -Xshare:auto {_C1} -Dlog4j2.configurationFile={_LOG4J}"
-        ),
-    }
+    return _jvm(archive.parent, f"-XX:SharedArchiveFile={archive} -Xshare:auto {_C1}")
 
 
 def build(directory: Path) -> Path | None:
@@ -105,22 +100,20 @@ def build(directory: Path) -> Path | None:
     return archive
 
 
-def _empty_conf(directory: Path) -> Path:
+def _jvm(directory: Path, java_options: str) -> dict[str, str]:
+    """An empty SPARK_CONF_DIR in `directory`, and `java_options` with the log4j2 file."""
     conf = directory / "spark-conf"
     conf.mkdir(exist_ok=True)
-    return conf
+    return {
+        "SPARK_CONF_DIR": str(conf),
+        "SPARK_SUBMIT_OPTS": f"{java_options} -Dlog4j2.configurationFile={_LOG4J}",
+    }
 
 
 def _run(
     script: Path, directory: Path, mode: str, java_options: str
 ) -> subprocess.CompletedProcess[str]:
-    # the children's environment, class path included (`environment`)
-    env = submit_environment(
-        {
-            "SPARK_CONF_DIR": str(_empty_conf(directory)),
-            "SPARK_SUBMIT_OPTS": f"{java_options} -Dlog4j2.configurationFile={_LOG4J}",
-        }
-    )
+    env = submit_environment(_jvm(directory, java_options))  # the children's class path
     return subprocess.run(
         [sys.executable, str(script), str(directory / mode), mode],
         env=env, capture_output=True, text=True, timeout=600, check=False,
