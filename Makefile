@@ -11,8 +11,11 @@ bootstrap:
 demo: bootstrap
 	@$(BIN)/cdc demo
 
+# two workers, a test file each at a time (pytest-xdist): TEST_WORKERS=0 runs in one process
+TEST_WORKERS ?= 2
+
 test: bootstrap lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -v
 
 lint:
 	$(BIN)/ruff check .

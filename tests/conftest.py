@@ -3,11 +3,14 @@ under CI."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -32,6 +35,17 @@ def unavailable(what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} (CI=true: a missing dependency is a failure, not a skip)")
     pytest.skip(what)
+
+
+@contextmanager
+def exclusive(lock: Path) -> Iterator[None]:
+    """One process at a time in the block (test runs in one checkout, the workers of one run)."""
+    with lock.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _outcomes(reporter: pytest.TerminalReporter) -> Counter[tuple[str, str]]:
@@ -62,6 +76,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"CI=true: {skipped} skipped test(s) count as failures", red=True
         )
+
+
+_config: list[pytest.Config] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _config.append(config)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failure's report as it happens, not only in the summary: a run stopped at CI's time
+    limit still says why its failed tests failed. (Workers leave it to the controller.)"""
+    if not report.failed or os.environ.get("PYTEST_XDIST_WORKER") or not _config:
+        return
+    reporter = _config[0].pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    reporter.write_line("")
+    reporter.write_sep("-", f"{report.when} failed: {report.nodeid}", red=True)
+    reporter.write_line(report.longreprtext[-6000:])
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -3,34 +3,22 @@ that use them. Airflow lives in its own virtualenv (.venv-airflow), built once a
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import exclusive
 
 ROOT = Path(__file__).resolve().parents[2]
 AIRFLOW_DIR = ROOT / "orchestration" / "airflow"
 AIRFLOW_VENV = Path(os.environ.get("CDC_AIRFLOW_VENV") or ROOT / ".venv-airflow")
 INSTALL_TIMEOUT_S = 900
-
-
-@contextmanager
-def exclusive(lock: Path) -> Iterator[None]:
-    """One installer at a time across processes (two test runs in one checkout)."""
-    with lock.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def airflow_digest() -> str:

@@ -93,11 +93,16 @@ def product_password() -> Iterator[None]:
 @pytest.fixture(scope="session", autouse=True)
 def class_archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The JVMs of the tier's children map Spark's classes from one archive and keep to the
-    JIT's first tier (`jvm_archive`), unless the caller set `SPARK_SUBMIT_OPTS` itself."""
+    JIT's first tier (`jvm_archive`), unless the caller set `SPARK_SUBMIT_OPTS` itself. The
+    workers of one run (pytest-xdist) share the archive: their temporary directories have one
+    parent, that run's."""
     if "SPARK_SUBMIT_OPTS" in os.environ:
         yield
         return
-    archive = jvm_archive.build(tmp_path_factory.mktemp("jvm"))
+    base = tmp_path_factory.getbasetemp()
+    archive = jvm_archive.shared(
+        (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jvm"
+    )
     with pytest.MonkeyPatch.context() as patch:
         for name, value in jvm_archive.environment(archive).items():
             patch.setenv(name, value)

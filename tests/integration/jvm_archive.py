@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from cdc_core.launch import submit_environment
+from tests.conftest import exclusive
 
 log = logging.getLogger("tests.jvm_archive")
 
@@ -75,6 +76,22 @@ def environment(archive: Path | None) -> dict[str, str]:
     if archive is None:
         return {"SPARK_SUBMIT_OPTS": _C1}
     return _jvm(archive.parent, f"-XX:SharedArchiveFile={archive} -Xshare:auto {_C1}")
+
+
+def shared(directory: Path) -> Path | None:
+    """The archive in `directory`, made by the first of a run's workers to ask for it; the
+    others wait for it (or for the word that the JVM would not make one)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    archive, refused = directory / "classes.jsa", directory / "refused"
+    with exclusive(directory / "build.lock"):
+        if archive.is_file():
+            return archive
+        if refused.is_file():
+            return None
+        built = build(directory)
+        if built is None:
+            refused.touch()
+        return built
 
 
 def build(directory: Path) -> Path | None:
