@@ -410,6 +410,7 @@ def test_incremental_snapshot_by_signal_under_workload(
     assert len(load_jobs(p.lake)) == 1, "a processed signal is not carried out twice"
 
 
+@pytest.mark.slow
 def test_lost_position_fails_initial_and_when_needed_resnapshots(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

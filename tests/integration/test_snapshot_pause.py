@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -44,6 +45,7 @@ def only_job(p: Pipeline) -> SnapshotJob:
     return job
 
 
+@pytest.mark.slow
 def test_a_paused_incremental_snapshot_streams_and_resumes_with_its_next_chunk(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
