@@ -1,5 +1,5 @@
-"""Test tiers (unit, spark, integration, ecosystem): a per-tier summary, and no silent skips
-under CI."""
+"""Test tiers (unit, spark, integration, ecosystem): a per-tier summary, no silent skips under
+CI, and each failure reported as it happens."""
 
 from __future__ import annotations
 
