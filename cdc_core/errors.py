@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -63,9 +65,20 @@ class DecodeError(TerminalError):
 
 
 def text_of(error: BaseException) -> str | None:
-    """`str(error)`, or None when it cannot be had (a Py4J error asks the JVM for its text,
-    and the JVM may be gone)."""
+    """`str(error)` without Java stack frames, or None when it cannot be had (a Py4J error asks
+    the JVM for its text, and the JVM may be gone)."""
     try:
-        return str(error)
+        return without_java_frames(str(error))
     except Exception:
         return None
+
+
+_JAVA_FRAME = re.compile(r"^\s+(at \S|\.\.\. \d+ more)|^Driver stacktrace:\s*$")
+
+
+def without_java_frames(text: str) -> str:
+    """`text` without the frames of the Java stack traces in it (`\tat ...`, `... 12 more`).
+    What is left names each exception with its message and each `Caused by:`, which a failed
+    Spark job otherwise buries under a few hundred frames, its task's trace inside its own.
+    `--debug` prints the traceback with every frame."""
+    return "\n".join(line for line in text.splitlines() if not _JAVA_FRAME.match(line))

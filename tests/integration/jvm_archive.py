@@ -12,6 +12,12 @@ Delta classes and runs a batch of a few hundred rows at most before it exits. On
 - `-XX:TieredStopAtLevel=1` keeps the JIT at its first tier: a short run never earns back
   what the optimising compiler costs on the second core. Measured in the same session,
   alternating, 4 runs each of a 20,000-change batch: 35.5 s against 43.4 s (medians).
+- `-XX:ReservedCodeCacheSize=240m` gives that JIT the code cache a default JVM has. With the
+  first tier only, the JVM reserves 48 MB, as for a JVM without tiers, and a child that ran
+  a few thousand changes filled it in 27-42 s: compiling stopped for good ("CodeCache is
+  full. Compiler has been disabled") and the rest of the run was interpreted. Two children
+  of one CI run then failed in a MERGE (2026-11-28), where no child had failed before the
+  first tier came in.
 
 A truncated archive makes the JVM die of SIGBUS, so the archive is written under a temporary
 name, the writing JVM is waited for, a second JVM must start with it, and only then does it
@@ -62,7 +68,7 @@ if proc is not None:  # the JVM writes the archive as it exits: wait for it
 """
 
 
-_C1 = "-XX:TieredStopAtLevel=1"
+_C1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 _LOG4J = Path(__file__).resolve().parents[2] / "conf" / "spark" / "log4j2.properties"
 
 

@@ -176,6 +176,38 @@ def test_guarded_exits_75_for_a_timeout_and_1_for_a_bug(capsys: pytest.CaptureFi
     assert "error: unexpected ValueError: a bug" in capsys.readouterr().err
 
 
+def test_guarded_names_each_java_exception_of_a_failed_job_without_its_frames(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = (
+        "An error occurred while calling o412.execute.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 9.0"
+        " failed 1 times, most recent failure: Lost task 0.0 (TID 9) (executor driver):"
+        " java.lang.VirtualMachineError: Out of space in CodeCache for adapters\n"
+        "\tat org.apache.spark.sql.catalyst.expressions.GeneratedClass.generate(Unknown Source)\n"
+        "\tat java.base/java.lang.Thread.run(Thread.java:840)\n"
+        "\n"
+        "Driver stacktrace:\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2935)\n"
+        "Caused by: java.lang.VirtualMachineError: Out of space in CodeCache for adapters\n"
+        "\tat org.apache.spark.sql.catalyst.expressions.GeneratedClass.generate(Unknown Source)\n"
+        "\t... 41 more\n"
+    )  # fmt: skip
+
+    def command(_: argparse.Namespace) -> int:
+        raise Py4JJavaError(text, None)
+
+    assert guarded(command, argparse.Namespace()) == EXIT_FAILURE
+    err = capsys.readouterr().err
+    assert "\tat " not in err
+    assert "more" not in err
+    assert "Driver stacktrace" not in err
+    assert err.startswith("error: unexpected Py4JJavaError: An error occurred while calling o412")
+    assert ": org.apache.spark.SparkException: Job aborted due to stage failure" in err
+    assert "Caused by: java.lang.VirtualMachineError: Out of space in CodeCache for adapters" in err
+    assert err.rstrip().endswith("(run with --debug for the traceback)")
+
+
 def test_a_delta_commit_conflict_is_transient_by_its_class_or_its_text() -> None:
     conflict = JavaThrowable(
         "io.delta.exceptions.ConcurrentAppendException",
