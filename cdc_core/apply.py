@@ -4,7 +4,8 @@ snapshots finish once silver holds them."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
@@ -18,14 +19,14 @@ from cdc_core.bronze import (
     pending_files,
 )
 from cdc_core.config import Config
-from cdc_core.errors import TerminalError
+from cdc_core.errors import DriverDiedError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pgtypes import TypeModes
 from cdc_core.silver import CaughtUp, SilverSettings, TableResult, apply_silver, sweep
 from cdc_core.snapshot import SnapshotJob
-from cdc_core.spark import Spark, driver_died, session_of
+from cdc_core.spark import Spark, driver_dying, session_of
 from cdc_core.stager import StagedFile, largest_change, staged_files
 from cdc_core.state import read_json, stream_file
 from cdc_core.unavailable import Placeholder
@@ -68,7 +69,7 @@ def apply_staged(
                             Placeholder.of(source.unavailable_value_placeholder),
                             source.skipped_operations.codes)  # fmt: skip
     files = pending_files(spark, lake)
-    try:
+    with if_driver_dies(spark, lambda: driver_died_applying(lake, config, files)):
         bronze = (
             append_staged(session_of(spark), lake, files, options=options)
             if files
@@ -83,10 +84,6 @@ def apply_staged(
         settings = silver_settings(config)
         silver = apply_silver(spark, lake, tables, settings, frontier=frontier, caught=caught)
         dropped.applied(lake, config, [r.table for r in silver if r.error is None], frontier)
-    except Exception as e:
-        if not driver_died(e):
-            raise
-        raise TerminalError(_driver_died(lake, config, files)) from e
     return bronze, silver, frontier
 
 
@@ -119,14 +116,42 @@ def finish_snapshots(
     return finished
 
 
-def _driver_died(lake: Lake, config: Config, files: list[StagedFile]) -> str:
+@contextmanager
+def if_driver_dies(spark: Spark, say: Callable[[], str]) -> Iterator[None]:
+    """An error that comes with the driver's JVM dying (`driver_dying`) becomes a DriverDiedError
+    saying `say()`: whichever Spark call the death reaches first, the run says what happened
+    and the remedy, not an unexpected Py4J error whose text went with the JVM."""
+    try:
+        yield
+    except DriverDiedError:
+        raise  # said already, by the step it died in
+    except Exception as e:
+        if not driver_dying(e, spark):
+            raise
+        raise DriverDiedError(say()) from e
+
+
+_OUT_OF_HEAP = "most likely out of heap (java.lang.OutOfMemoryError in its log above)"
+
+
+def _more_memory(config: Config, then: str) -> str:
+    memory = config.env.spark.conf.get("spark.driver.memory", "Spark's default (1g)")
+    return (
+        f"Give the driver more memory (spark.driver.memory, now {memory}; conf/local.yaml reads "
+        f"it from CDC_DRIVER_MEMORY) and run again: {then}"
+    )
+
+
+_NOTHING_LOST = "nothing was lost, the changes stay staged and the slot is confirmed only past them"
+
+
+def driver_died_applying(lake: Lake, config: Config, files: list[StagedFile]) -> str:
     """What to say when the Spark driver's JVM died applying staged changes: most often a
     change too large for its heap (Spark holds a value several times over while it turns it
     into an envelope and a typed row). Names the largest change of the batch and the remedy."""
-    memory = config.env.spark.conf.get("spark.driver.memory", "Spark's default (1g)")
     said = (
         "the Spark driver (its JVM) died while applying staged changes to bronze and silver, "
-        "most likely out of heap (java.lang.OutOfMemoryError in its log above)"
+        + _OUT_OF_HEAP
     )
     recent = files or staged_files(lake.changes)[-20:]  # the files this batch applied or had
     largest = largest_change(lake.changes, recent)
@@ -136,8 +161,28 @@ def _driver_died(lake: Lake, config: Config, files: list[StagedFile]) -> str:
             f"(table {largest.table}, LSN {largest.lsn}); a change takes several times its "
             "size in driver heap, once per change being written at the same time"
         )
-    return (
-        f"{said}. Give the driver more memory (spark.driver.memory, now {memory}; "
-        "conf/local.yaml reads it from CDC_DRIVER_MEMORY) and run again: nothing was lost, the "
-        "changes stay staged and the slot is confirmed only past them"
+    return f"{said}. {_more_memory(config, _NOTHING_LOST)}"
+
+
+def driver_died_reading(config: Config, jobs: Sequence[SnapshotJob]) -> str:
+    """What to say when the driver's JVM died reading snapshot chunks: a row too large for its
+    heap, held several times over as it becomes an envelope, once per chunk read at a time."""
+    tables = ", ".join(
+        str(t.table) for job in jobs for t in job.tables if not job.stopped and not t.done
     )
+    threads = config.pipeline.snapshot.max_threads
+    return (
+        f"the Spark driver (its JVM) died while reading snapshot chunks of {tables}, "
+        f"{_OUT_OF_HEAP}; a row takes several times its size in driver heap, once per chunk "
+        f"being read at the same time (snapshot.max.threads, now {threads}). "
+        + _more_memory(
+            config, f"the snapshot resumes from the chunks not yet done, and {_NOTHING_LOST}"
+        )
+    )
+
+
+def driver_died_in_batch(config: Config) -> str:
+    """What to say when the driver's JVM died in a batch's other Spark work (finishing
+    snapshots, the metrics table)."""
+    died = f"the Spark driver (its JVM) died during the batch, {_OUT_OF_HEAP}"
+    return f"{died}. {_more_memory(config, _NOTHING_LOST)}"

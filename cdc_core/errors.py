@@ -45,6 +45,10 @@ class TerminalError(CdcError):
     """A failure that retrying will not fix; the message says what to do."""
 
 
+class DriverDiedError(TerminalError):
+    """The Spark driver's JVM died (most often out of heap); the message says the remedy."""
+
+
 class LoginError(TerminalError):
     """The server refused the connection for good (no such database or role, a wrong password,
     pg_hba.conf): retrying changes nothing until someone fixes the connection string or the

@@ -259,7 +259,10 @@ def _continuous(
             signal.signal(s, handler)
     if last is None:
         raise TerminalError("stopped before the first batch finished")
-    _flush_tables(session_of(spark), lake, config.pipeline)  # what came since the last append
+    from cdc_core.apply import driver_died_in_batch, if_driver_dies
+
+    with if_driver_dies(spark, lambda: driver_died_in_batch(config)):
+        _flush_tables(session_of(spark), lake, config.pipeline)  # what came since the last append
     return last
 
 
@@ -314,8 +317,18 @@ def batch(
     the batch's line in `_state/batches.jsonl`. `mirrors`: what earlier batches know of the
     mirrors (lets silver skip tables nothing new came for; read from the lake when None,
     `CaughtUp.load`). `spark` may still be
-    starting: a batch with no snapshot work reads the slot before it waits for it."""
-    from cdc_core.apply import apply_staged, finish_snapshots
+    starting: a batch with no snapshot work reads the slot before it waits for it. The driver's
+    JVM dying anywhere in it is a `DriverDiedError` saying the remedy."""
+    from cdc_core.apply import driver_died_in_batch, if_driver_dies
+
+    with if_driver_dies(spark, lambda: driver_died_in_batch(config)):
+        return _batch(spark, config, lake, totals, mirrors)
+
+
+def _batch(
+    spark: Spark, config: Config, lake: Lake, totals: Totals, mirrors: CaughtUp | None
+) -> RunSummary:
+    from cdc_core.apply import apply_staged, driver_died_reading, finish_snapshots, if_driver_dies
     from cdc_core.bronze import BronzeSummary
     from cdc_core.snapshot_read import read_jobs
     from cdc_core.spark import session_of
@@ -336,15 +349,16 @@ def batch(
         caught.append(catch_up_stream(config, lake, position))
 
     snap = pipeline.snapshot
-    read = read_jobs(
-        session_of(spark), lake, pipeline.source.dsn, begun.jobs, pipeline=pipeline.name,
-        max_threads=snap.max_threads, fetch_size=snap.fetch_size,
-        catch_up=catch_up if streaming else None,
-        keys=pipeline.source.message_key_columns,
-        rules=pipeline.source.column_rules(), skipped=pipeline.source.skipped_operations.codes,
-        notify=Notifier.of(pipeline, lake),
-        signals=(lambda: take_signals(config, lake, list(begun.jobs))) if streaming else None,
-    ) if begun.jobs else 0  # fmt: skip
+    with if_driver_dies(spark, lambda: driver_died_reading(config, begun.jobs)):
+        read = read_jobs(
+            session_of(spark), lake, pipeline.source.dsn, begun.jobs, pipeline=pipeline.name,
+            max_threads=snap.max_threads, fetch_size=snap.fetch_size,
+            catch_up=catch_up if streaming else None,
+            keys=pipeline.source.message_key_columns,
+            rules=pipeline.source.column_rules(), skipped=pipeline.source.skipped_operations.codes,
+            notify=Notifier.of(pipeline, lake),
+            signals=(lambda: take_signals(config, lake, list(begun.jobs))) if streaming else None,
+        ) if begun.jobs else 0  # fmt: skip
     if streaming:
         heartbeat(config, lake)
         caught.append(capture(config, lake))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TypeVar
@@ -105,6 +106,11 @@ class SessionStarting:
             self._session = build_spark(settings, app_name, root=root)
         except BaseException as e:  # handed to the thread that asks for the session
             self._error = e
+
+    @property
+    def ready(self) -> bool:
+        """Whether the session was built (False while it starts, or if building it failed)."""
+        return not self._thread.is_alive() and self._session is not None
 
     def __call__(self) -> SparkSession:
         self._thread.join()
@@ -264,17 +270,51 @@ def driver_died(error: BaseException) -> bool:
     """Whether `error` (or what caused it) says the driver's JVM is gone: Py4J lost its
     connection, or a Spark job failed on java.lang.OutOfMemoryError (local mode: Spark's
     handler then ends the JVM)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(error):
         if type(current).__name__ == "Py4JNetworkError" or isinstance(
             current, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)
         ):
             return True
-        if type(current).__module__.startswith(("py4j", "pyspark")):
+        if _spark_side(current):
             text = text_of(current)
             if text is None or "java.lang.OutOfMemoryError" in text:
                 return True
-        current = current.__cause__ or current.__context__
     return False
+
+
+def driver_dying(error: BaseException, spark: Spark, *, grace_s: float = 3.0) -> bool:
+    """Whether `error` came with the driver's JVM dying: `driver_died`, or a Spark error while
+    the JVM goes (its gateway no longer answers, or its SparkContext stopped), watched for
+    `grace_s`. A task's OutOfMemoryError makes Spark's handler exit the JVM, and its shutdown
+    stops the SparkContext first: jobs then fail with errors that do not name the cause (a
+    job cancelled because the context shut down), while the JVM still answers for a moment."""
+    if driver_died(error):
+        return True
+    starting = isinstance(spark, SessionStarting) and not spark.ready
+    if starting or not any(map(_spark_side, _chain(error))):
+        return False
+    context = session_of(spark).sparkContext
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            if context._jsc is None or context._jsc.sc().isStopped():
+                return True
+        except Exception:  # the gateway is gone with the JVM
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """`error` and what caused it, or was being handled when it came, each once."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _spark_side(error: BaseException) -> bool:
+    return type(error).__module__.startswith(("py4j", "pyspark"))

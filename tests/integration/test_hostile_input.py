@@ -286,12 +286,7 @@ def test_rows_of_100_mb_are_mirrored_exactly(
     sql(dsn, "CREATE TABLE big (id int PRIMARY KEY, b bytea, t text)")
     p = make_pipeline(tmp_path, dsn, ["public.big"])
     assert p.ingest("--capture-only").returncode == 0
-    sql(dsn,
-        # 100 MB of bytea that does not compress, and 100 MB of text (ASCII and 3-byte UTF-8)
-        "INSERT INTO big SELECT 1, string_agg(decode(md5(g::text), 'hex'), '' ORDER BY g), NULL "
-        f"FROM generate_series(1, {100 * MB // 16}) g",
-        "INSERT INTO big SELECT 2, NULL, string_agg(md5(g::text) || '表', '' ORDER BY g) "
-        f"FROM generate_series(1, {100 * MB // 35}) g")  # fmt: skip
+    _insert_rows_of_100_mb(dsn)
     refused = p.ingest()
     assert refused.returncode == 1, refused.stderr[-4000:]
     error = refused.stderr.strip().splitlines()[-1]
@@ -306,15 +301,60 @@ def test_rows_of_100_mb_are_mirrored_exactly(
     run = p.ingest()
     elapsed = time.monotonic() - started
     assert run.returncode == 0, run.stderr[-4000:]
-    with psycopg.connect(dsn) as conn:
-        want = conn.execute(
-            "SELECT id, octet_length(b), md5(b), octet_length(t), md5(t) FROM big ORDER BY id"
-        ).fetchall()
+    want = _big_rows(dsn)
     assert want[0][1] >= 100 * MB
     assert want[1][3] >= 100 * MB - 35
-    assert _digests(p.lake.silver(big), p.env()) == [list(r) for r in want]
+    assert _digests(p.lake.silver(big), p.env()) == want
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
     print(f"100 MB rows: ingest took {elapsed:.0f} s, largest process peaked at {peak} MiB")
+
+
+def _insert_rows_of_100_mb(dsn: str) -> None:
+    sql(dsn,
+        # 100 MB of bytea that does not compress, and 100 MB of text (ASCII and 3-byte UTF-8)
+        "INSERT INTO big SELECT 1, string_agg(decode(md5(g::text), 'hex'), '' ORDER BY g), NULL "
+        f"FROM generate_series(1, {100 * MB // 16}) g",
+        "INSERT INTO big SELECT 2, NULL, string_agg(md5(g::text) || '表', '' ORDER BY g) "
+        f"FROM generate_series(1, {100 * MB // 35}) g")  # fmt: skip
+
+
+def _big_rows(dsn: str) -> list[list[object]]:
+    with psycopg.connect(dsn) as conn:
+        return [
+            list(r)
+            for r in conn.execute(
+                "SELECT id, octet_length(b), md5(b), octet_length(t), md5(t) FROM big ORDER BY id"
+            )
+        ]
+
+
+@pytest.mark.slow
+def test_a_snapshot_of_rows_too_large_for_the_driver_says_so_and_resumes(
+    pg: PgServer, database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same rows read by an initial snapshot: the 2g driver dies reading them, wherever
+    the death first reaches Python. The run names the table and the remedy, and nothing
+    landed; with 6g the snapshot goes on and both rows are mirrored exactly."""
+    monkeypatch.delenv("CDC_DRIVER_MEMORY", raising=False)  # conf/local.yaml's default: 2g
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE big (id int PRIMARY KEY, b bytea, t text)")
+    _insert_rows_of_100_mb(dsn)
+    p = make_pipeline(tmp_path, dsn, ["public.big"], snapshot="initial")
+    refused = p.ingest()
+    assert refused.returncode == 1, refused.stderr[-4000:]
+    error = refused.stderr.strip().splitlines()[-1]
+    assert error.startswith(
+        "error: the Spark driver (its JVM) died while reading snapshot chunks of public.big, "
+        "most likely out of heap"
+    ), refused.stderr[-4000:]
+    assert "spark.driver.memory, now 2g" in error
+    assert "the snapshot resumes from the chunks not yet done" in error
+    print(f"2g driver: {error}")
+    assert not Path(p.lake.silver(TableName("public", "big"))).exists()
+    monkeypatch.setenv("CDC_DRIVER_MEMORY", "6g")
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert _digests(p.lake.silver(TableName("public", "big")), p.env()) == _big_rows(dsn)
 
 
 def test_names_that_are_no_directory_or_collide_in_bronze_are_refused(

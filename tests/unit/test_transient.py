@@ -259,6 +259,51 @@ def test_a_driver_that_died_is_told_from_a_failure_that_did_not_kill_it() -> Non
     assert not driver_died(_spark_job_failure("ERROR: canceling statement", "57014"))
 
 
+class StoppingContext:
+    """A SparkContext's JVM side as `driver_dying` probes it: `sc().isStopped()` answers
+    False `alive` times, then True (the JVM's shutdown stopped it), or raises (the gateway
+    is gone) when `gone`."""
+
+    def __init__(self, alive: int, *, gone: bool = False) -> None:
+        self.alive, self.gone, self.asked = alive, gone, 0
+        self._jsc = self
+
+    @property
+    def sparkContext(self) -> StoppingContext:
+        return self
+
+    def sc(self) -> StoppingContext:
+        return self
+
+    def isStopped(self) -> bool:
+        self.asked += 1
+        if self.gone:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return self.asked > self.alive
+
+
+def test_a_spark_error_while_the_jvm_shuts_down_is_the_driver_dying() -> None:
+    """A task's OutOfMemoryError exits the JVM; its shutdown stops the SparkContext first, so
+    the job in hand can fail with an error that does not name the cause while the JVM still
+    answers. Such an error is the driver dying when the context stops within the grace time."""
+    from cdc_core.spark import driver_dying
+
+    cancelled = SparkJobError("Job 7 cancelled because SparkContext was shut down")
+    context = StoppingContext(alive=2)  # stops on the third look, 0.4 s in
+    assert driver_dying(cancelled, lambda: context, grace_s=2.0)
+    assert context.asked == 3
+    assert driver_dying(cancelled, lambda: StoppingContext(0, gone=True))
+    alive = StoppingContext(alive=10**6)  # a Spark error that left the driver running
+    assert not driver_dying(cancelled, lambda: alive, grace_s=0.5)
+    assert 2 <= alive.asked <= 5
+    untouched = StoppingContext(alive=0)
+    assert not driver_dying(ValueError("not from Spark"), lambda: untouched)
+    assert untouched.asked == 0  # not probed: no Spark error in its chain
+    oom = SparkJobError("Job aborted: java.lang.OutOfMemoryError: Java heap space")
+    assert driver_dying(oom, lambda: untouched)
+    assert untouched.asked == 0
+
+
 def test_guarded_says_the_driver_is_gone_when_an_error_s_text_went_with_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
