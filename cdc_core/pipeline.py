@@ -353,7 +353,7 @@ def _batch(
         read = read_jobs(
             session_of(spark), lake, pipeline.source.dsn, begun.jobs, pipeline=pipeline.name,
             max_threads=snap.max_threads, fetch_size=snap.fetch_size,
-            catch_up=catch_up if streaming else None,
+            lock_timeout_ms=snap.lock_timeout_ms, catch_up=catch_up if streaming else None,
             keys=pipeline.source.message_key_columns,
             rules=pipeline.source.column_rules(), skipped=pipeline.source.skipped_operations.codes,
             notify=Notifier.of(pipeline, lake),

@@ -445,8 +445,9 @@ def _lock(conn: psycopg.Connection[tuple[object, ...]], table: TableName, timeou
         raise TableGoneError(str(table)) from e
     except psycopg.errors.LockNotAvailable as e:
         raise TransientError(
-            f"snapshot of {table}: no ACCESS SHARE lock within {timeout_ms} ms (a long ALTER "
-            "TABLE, TRUNCATE or VACUUM FULL holds it); the next run tries again"
+            f"snapshot of {table}: no ACCESS SHARE lock within {timeout_ms} ms "
+            "(snapshot.lock.timeout.ms; a long ALTER TABLE, TRUNCATE or VACUUM FULL holds it); "
+            "the next run tries again"
         ) from e
 
 
@@ -638,6 +639,7 @@ def read_jobs(
     keys: KeyColumns = NO_KEYS,
     rules: ColumnRules = NO_RULES, skipped: frozenset[str] = frozenset(),
     notify: Notifier | None = None, signals: Callable[[], object] | None = None,
+    lock_timeout_ms: int = 10_000,
 ) -> int:  # fmt: skip
     """Read every pending group of `jobs` into bronze; returns the rows read. `catch_up`:
     stages the stream past a read (None: the pipeline does not stream). `notify`: STARTED
@@ -682,6 +684,7 @@ def read_jobs(
                 )  # fmt: skip
                 try:
                     view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up,
+                                                   lock_timeout_ms=lock_timeout_ms,
                                                    shared=shared)  # fmt: skip
                 except TableGoneError:
                     log.warning(

@@ -94,7 +94,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "snapshot.query.mode": "snapshots select every kept column",
     "snapshot.query.mode.custom.name": "custom snapshot query classes are Java",
     "snapshot.mode.custom.name": "custom Snapshotter classes are Java",
-    "snapshot.lock.timeout.ms": "",
     "snapshot.delay.ms": "schedule the run later instead",
     "streaming.delay.ms": "",
     "snapshot.tables.order.by.row.count": "",

@@ -830,6 +830,14 @@ class SnapshotConfig:
         default=10_240,
         metadata=meta("rows per JDBC fetch", key="fetch.size", debezium="snapshot.fetch.size"),
     )
+    lock_timeout_ms: int = field(
+        default=10_000,
+        metadata=meta("how long a snapshot read waits for its ACCESS SHARE lock on the table "
+                      "(held only while the read takes its snapshot and reads; an ALTER TABLE, "
+                      "TRUNCATE or VACUUM FULL in progress holds it off); past it the run exits "
+                      "75 and the next one tries again", key="lock.timeout.ms",
+                      debezium="snapshot.lock.timeout.ms"),
+    )  # fmt: skip
     signal_data_collection: TableName | None = field(
         default=None,
         metadata=meta("Debezium's signalling table (id, type, data), read at the start of every "
@@ -887,7 +895,8 @@ class SnapshotConfig:
                                  "(write SELECT ... FROM ...)")  # fmt: skip
             overrides.add(table)
         for key, value in (("chunk.size", self.chunk_size), ("max.threads", self.max_threads),
-                           ("fetch.size", self.fetch_size)):  # fmt: skip
+                           ("fetch.size", self.fetch_size),
+                           ("lock.timeout.ms", self.lock_timeout_ms)):  # fmt: skip
             if value < 1:
                 raise FieldError(key, f"{value} must be at least 1")
         if not self.signal_file.strip():

@@ -263,3 +263,28 @@ def test_a_query_past_source_query_timeout_exits_75_naming_it_and_the_next_run_r
     resumed = p.ingest()
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items")) == 4900
+
+
+def test_a_snapshot_read_waits_for_its_table_lock_as_long_as_snapshot_lock_timeout_ms(
+    dsn: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A long ALTER TABLE (say) holds the table when a planned snapshot's read asks for its
+    ACCESS SHARE lock: the read waits `snapshot.lock.timeout.ms` (Debezium's name), then the
+    run exits 75 naming the wait, and the next run reads the table."""
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 500) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial",
+                      snapshot_extra="lock.timeout.ms: 1500\n")  # fmt: skip
+    planned = p.ingest("--capture-only")  # plans the snapshot; its reads wait for Spark
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        held = p.ingest()
+        holder.rollback()
+    assert held.returncode == 75, held.stderr[-3000:]
+    line = _one_error_line(held)
+    assert "snapshot of public.items: no ACCESS SHARE lock within 1500 ms" in line, line
+    sql(dsn, "DELETE FROM items WHERE id > 400")
+    resumed = p.ingest()
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items")) == 400

@@ -446,6 +446,21 @@ def test_a_negative_retry_wait_is_refused(tmp_path: Path) -> None:
     assert message.endswith("capture.retry_backoff_s: -5.0 is negative")
 
 
+def test_snapshot_lock_timeout_loads_and_must_be_positive(tmp_path: Path) -> None:
+    """Debezium's snapshot.lock.timeout.ms; 0 would be PostgreSQL's "wait for ever"."""
+
+    def with_timeout(ms: int) -> str:
+        return CONTRACT.replace("  mode: initial", f"  lock.timeout.ms: {ms}\n  mode: initial")
+
+    home = write_home(tmp_path, with_timeout(2500))
+    snapshot = load_pipeline("orders", "local", home=home, environ={}).pipeline.snapshot
+    assert snapshot.lock_timeout_ms == 2500
+    default = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert default.pipeline.snapshot.lock_timeout_ms == 10_000  # Debezium's default
+    message = load_error(tmp_path, with_timeout(0))
+    assert message.endswith("snapshot.lock.timeout.ms: 0 must be at least 1"), message
+
+
 def test_retries_take_minus_one_for_no_limit_and_nothing_below(tmp_path: Path) -> None:
     home = write_home(tmp_path, CONTRACT + "capture:\n  retries: -1\n")
     unlimited = load_pipeline("orders", "local", home=home, environ={}).pipeline.capture

@@ -9,7 +9,7 @@ from cdc_core.pg import catalog
 from cdc_core.pg.doctor.context import Context
 from cdc_core.pg.doctor.report import Check
 
-MIN_SERVER_VERSION = 140000  # pgoutput protocol 2: streamed transactions and logical messages
+MIN_SERVER_VERSION = 140000  # pgoutput's messages option: watermarks, heartbeats, reset markers
 RESTART = "then restart the server (a reload is not enough)"
 
 
@@ -18,7 +18,7 @@ def server_version(ctx: Context) -> Check:
     shown = (ctx.conn.info.parameter_status("server_version") or str(version)).split()[0]
     if version >= MIN_SERVER_VERSION:
         return Check("server_version", "pass", shown)
-    detail = f"{shown}; pgoutput protocol 2 needs 14 or newer"
+    detail = f"{shown}; pgoutput's messages option (watermarks, heartbeats) needs 14 or newer"
     return Check("server_version", "fail", detail, "upgrade PostgreSQL to 14 or newer")
 
 
