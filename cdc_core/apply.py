@@ -67,7 +67,8 @@ def apply_staged(
     source = config.pipeline.source
     options = BronzeOptions(source.provide_transaction_metadata,
                             Placeholder.of(source.unavailable_value_placeholder),
-                            source.skipped_operations.codes)  # fmt: skip
+                            source.skipped_operations.codes,
+                            source.skip_messages_without_change)  # fmt: skip
     files = pending_files(spark, lake)
     with if_driver_dies(spark, lambda: driver_died_applying(lake, config, files)):
         bronze = (

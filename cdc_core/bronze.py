@@ -63,6 +63,7 @@ class BronzeOptions:
     transaction_metadata: bool = False  # provide.transaction.metadata
     placeholder: Placeholder = DEFAULT_PLACEHOLDER  # unavailable.value.placeholder
     skipped: frozenset[str] = frozenset()  # skipped.operations: events never in bronze
+    skip_unchanged: bool = False  # skip.messages.without.change
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def append_staged(
         )  # fmt: skip
         decode = functools.partial(
             decode_partition, context=contexts, placeholder=options.placeholder,
-            skipped=options.skipped,
+            skipped=options.skipped, skip_unchanged=options.skip_unchanged,
         )  # fmt: skip
         envelopes = staged.mapInArrow(decode, BRONZE)
         end = group[-1].end

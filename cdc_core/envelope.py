@@ -124,15 +124,27 @@ def _json(obj: Mapping[str, object] | None) -> str | None:
 class _Rows:
     """Envelope columns being built, as lists; events whose op is in `skipped` are dropped."""
 
-    def __init__(self, skipped: Collection[str] = ()) -> None:
+    def __init__(self, skipped: Collection[str] = (), skip_unchanged: bool = False) -> None:
         self.columns: dict[str, list[object]] = {f.name: [] for f in BRONZE.fields}
         self.skipped = skipped
+        self.skip_unchanged = skip_unchanged
 
     def add(self, **values: object) -> None:
         if values["op"] in self.skipped:  # per event, as Debezium: each half of a key change
             return
+        if self._unchanged(values):
+            return
         for name, column in self.columns.items():
             column.append(values.get(name))
+
+    def _unchanged(self, values: Mapping[str, object]) -> bool:
+        """An update whose old row's JSON is its new row's (columns in the same order): the
+        same values in every kept column (skip.messages.without.change)."""
+        before = values.get("before")
+        return (
+            self.skip_unchanged and values["op"] == "u" and before is not None
+            and before == values.get("after")
+        )  # fmt: skip
 
     def batch(self) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(
@@ -163,11 +175,14 @@ def _key(row: Mapping[str, str | None] | None, key: Sequence[str]) -> dict[str, 
 def envelopes(
     rows: pa.RecordBatch, context: Mapping[str, StagedContext],
     placeholder: Placeholder = DEFAULT_PLACEHOLDER, skipped: Collection[str] = (),
+    skip_unchanged: bool = False,
 ) -> pa.RecordBatch:  # fmt: skip
     """Staged change rows (with a `_file` column naming their staged file) -> envelope rows;
     `placeholder` stands in `after` for unchanged TOASTed values (`unchanged` names them).
-    Events whose op is in `skipped` (skipped.operations) are left out."""
-    out = _Rows(skipped)
+    Events whose op is in `skipped` (skipped.operations) are left out, and with
+    `skip_unchanged` (skip.messages.without.change) so are updates whose old row (REPLICA
+    IDENTITY FULL) equals the new one."""
+    out = _Rows(skipped, skip_unchanged)
     for row in rows.to_pylist():
         ctx = context[row["_file"]]
         common = _common(row, ctx)
@@ -253,7 +268,8 @@ def _change(
 def decode_partition(
     batches: Iterator[pa.RecordBatch], context: Mapping[str, StagedContext],
     placeholder: Placeholder = DEFAULT_PLACEHOLDER, skipped: Collection[str] = (),
+    skip_unchanged: bool = False,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The `mapInArrow` function of the bronze job."""
     for batch in batches:
-        yield envelopes(batch, context, placeholder, skipped)
+        yield envelopes(batch, context, placeholder, skipped, skip_unchanged)

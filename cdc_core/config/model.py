@@ -596,6 +596,15 @@ class SourceConfig:
                       "nothing is skipped by default: a mirror that ignores TRUNCATE is not one",
                       key="skipped.operations", debezium="skipped.operations"),
     )  # fmt: skip
+    skip_messages_without_change: bool = field(
+        default=False,
+        metadata=meta("leave out of bronze an UPDATE whose kept columns (after "
+                      "column.include.list / column.exclude.list and the column transforms) "
+                      "hold the same values before and after it: an update of excluded columns "
+                      "only, or one that set a column to its value. Only tables with REPLICA "
+                      "IDENTITY FULL send the old row it takes to tell", key="skip.messages."
+                      "without.change", debezium="skip.messages.without.change"),
+    )  # fmt: skip
     provide_transaction_metadata: bool = field(
         default=False,
         metadata=meta("fill each change's transaction block (id <txId>:<commit LSN>, "

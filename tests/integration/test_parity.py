@@ -198,12 +198,14 @@ def test_excluded_columns_and_masked_values_never_land(
         dsn,
         "CREATE TABLE people (id int PRIMARY KEY, name text, email varchar(200), ssn text,"
         " note text, code char(8))",
+        "ALTER TABLE people REPLICA IDENTITY FULL",  # old rows: their columns go the same way
         "INSERT INTO people VALUES (1, 'Sally Thomas', 'sally@example.com', 'SSN-111',"
         " 'a long note', 'ABCDEFGH')",
     )
     p = make_pipeline(
         tmp_path, dsn, ["public.people"], snapshot="initial",
         source_extra=f"""\
+            skip.messages.without.change: true
             column.exclude.list: public\\.people\\.ssn
             column.transforms:
               {HASH}: public.people.name, public.people.code
@@ -217,6 +219,8 @@ def test_excluded_columns_and_masked_values_never_land(
         "INSERT INTO people VALUES (2, 'Sally Thomas', 'x@example.com', 'SSN-222', 'note two',"
         " 'ZZZZZZZZ')",
         "UPDATE people SET note = 'changed note' WHERE id = 1",
+        "UPDATE people SET ssn = 'SSN-333' WHERE id = 2",  # excluded: no change kept
+        "UPDATE people SET note = 'note t(w)o' WHERE id = 2",  # the same 6 characters kept
     )
     ingest(p)  # the stream
     files = list((tmp_path / "lake").rglob("*.parquet"))
@@ -225,7 +229,8 @@ def test_excluded_columns_and_masked_values_never_land(
         table = pq.read_table(f)
         metadata = repr(pq.ParquetFile(f).metadata.metadata)
         text = repr(table.to_pylist()) + metadata
-        for raw in ("SSN-111", "SSN-222", "sally@example.com", "Sally Thomas", "a long note"):
+        for raw in ("SSN-111", "SSN-222", "SSN-333", "sally@example.com", "Sally Thomas",
+                    "a long note", "note t(w)o"):  # fmt: skip
             assert raw not in text, f"{raw!r} landed in {f}"
         if "_staging" in str(f):  # the staged relation lists the kept columns only
             assert '"note"' in metadata
@@ -240,6 +245,10 @@ def test_excluded_columns_and_masked_values_never_land(
     assert (rows[1]["note"], rows[2]["note"]) == ("change", "note t")
     bronze = spark.read.format("delta").load(p.lake.bronze)
     assert not bronze.where(F.col("after").contains("SSN")).count()
+    # skip.messages.without.change: id 2's updates left its kept columns as they were
+    updates = bronze.where(F.col("op") == "u").select("key", "before").collect()
+    assert [json.loads(r["key"]) for r in updates] == [{"id": "1"}]
+    assert json.loads(updates[0]["before"])["note"] == "a long"  # the old row, truncated too
 
 
 def test_heartbeats_run_their_query_are_recorded_and_move_the_slot(

@@ -44,6 +44,7 @@ def describe(
 def bronze_rows(
     tmp_path: Path, capture: str, tables: list[str], skipped: frozenset[str] = frozenset(),
     *, placeholder: Placeholder = DEFAULT_PLACEHOLDER, bases: dict[str, str] | None = None,
+    skip_unchanged: bool = False,
 ) -> list[dict[str, object]]:  # fmt: skip
     """Stage a golden capture for real, then build its envelopes (`skipped.operations`,
     `unavailable.value.placeholder`, columns' types as in `describe`)."""
@@ -68,7 +69,7 @@ def bronze_rows(
     batch = pa.RecordBatch.from_pylist(rows, schema=SCHEMA.append(pa.field("_file", pa.string())))
     ctx = StagedContext(staged.id, relations_of(path), "shop", "orders", 1_700_000_000_123_456)
     assert staged_files(tmp_path / "c") == [staged]
-    out = envelopes(batch, {"f": ctx}, placeholder, skipped=skipped)
+    out = envelopes(batch, {"f": ctx}, placeholder, skipped=skipped, skip_unchanged=skip_unchanged)
     assert out.schema == ARROW
     return out.to_pylist()
 
@@ -167,6 +168,30 @@ def test_skipping_creates_keeps_only_the_delete_of_a_key_change(tmp_path: Path) 
 def test_skipping_updates_drops_those_with_an_old_row_too(tmp_path: Path) -> None:
     rows = bronze_rows(tmp_path, "replica_identity_full", ["public.full_items"], frozenset("u"))
     assert [r["op"] for r in rows] == ["c", "d"]
+
+
+def test_updates_without_change_are_left_out_when_asked_and_only_then(tmp_path: Path) -> None:
+    """skip.messages.without.change: an old row (REPLICA IDENTITY FULL) equal to the new one
+    is no event; an update that changed a value stays, and so does one without an old tuple
+    (nothing to compare it with), as in Debezium."""
+    tables = ["public.full_items", "public.items"]
+    kept = bronze_rows(tmp_path / "k", "update_without_change", tables)
+    skipped = bronze_rows(tmp_path / "s", "update_without_change", tables, skip_unchanged=True)
+
+    def described(rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
+        return [(r["op"], r["source_table"], r["after"]) for r in rows]
+
+    assert described(kept) == [
+        ("c", "public.full_items", '{"id":"1","label":"one"}'),
+        ("c", "public.full_items", '{"id":"2","label":"two"}'),
+        ("u", "public.full_items", '{"id":"1","label":"one"}'),
+        ("u", "public.full_items", '{"id":"2","label":"deux"}'),
+        ("c", "public.items", '{"id":"1","label":"a","price":null,"mood":null,"big":null,'
+         '"data":null}'),
+        ("u", "public.items", '{"id":"1","label":"a","price":null,"mood":null,"big":null,'
+         '"data":null}'),
+    ]  # fmt: skip
+    assert described(skipped) == [d for i, d in enumerate(described(kept)) if i != 2]
 
 
 def test_a_delete_carries_the_old_key(tmp_path: Path) -> None:

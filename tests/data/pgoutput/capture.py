@@ -59,6 +59,16 @@ SCENARIOS: dict[str, dict[str, object]] = {
             "DELETE FROM full_items WHERE id = 1",  # old row 'O'
         ],
     },
+    "update_without_change": {
+        "options": V1,
+        "sql": [
+            "INSERT INTO full_items VALUES (1, 'one'), (2, 'two')",
+            "UPDATE full_items SET label = label WHERE id = 1",  # old row 'O' equal to the new
+            "UPDATE full_items SET label = 'deux' WHERE id = 2",  # old row 'O', a change
+            "INSERT INTO items (id, label) VALUES (1, 'a')",
+            "UPDATE items SET label = label WHERE id = 1",  # no old tuple: nothing to compare
+        ],
+    },
     "truncate": {
         "options": V1,
         "sql": [
