@@ -212,6 +212,17 @@ def _snapshot_reader_holds_its_lock(dsn: str) -> bool:
     return row is not None and row[0] > 0
 
 
+def _exit_75_while_items_is_locked(dsn: str, p: Pipeline) -> str:
+    """Run `p` while another session holds items in ACCESS EXCLUSIVE mode (a long ALTER TABLE,
+    say): it must exit 75; returns its error line."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+        held = p.ingest()
+        holder.rollback()
+    assert held.returncode == 75, held.stderr[-3000:]
+    return _one_error_line(held)
+
+
 def test_a_query_past_source_query_timeout_exits_75_naming_it_and_the_next_run_resumes(
     dsn: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -226,12 +237,7 @@ def test_a_query_past_source_query_timeout_exits_75_naming_it_and_the_next_run_r
     # a long ALTER TABLE (say) holds the table when the run starts: the run's first statement
     # that needs it (psycopg: the publication's set-up) waits until source.query_timeout_s
     # (statement_timeout) cancels it
-    with psycopg.connect(dsn) as holder:
-        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
-        held = p.ingest()
-        holder.rollback()
-    assert held.returncode == 75, held.stderr[-3000:]
-    line = _one_error_line(held)
+    line = _exit_75_while_items_is_locked(dsn, p)
     assert "a query on the source ran past source.query_timeout_s" in line
     assert "canceling statement due to statement timeout [SQLSTATE 57014]" in line
 
@@ -277,12 +283,7 @@ def test_a_snapshot_read_waits_for_its_table_lock_as_long_as_snapshot_lock_timeo
                       snapshot_extra="lock.timeout.ms: 1500\n")  # fmt: skip
     planned = p.ingest("--capture-only")  # plans the snapshot; its reads wait for Spark
     assert planned.returncode == 0, planned.stderr[-3000:]
-    with psycopg.connect(dsn) as holder:
-        holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
-        held = p.ingest()
-        holder.rollback()
-    assert held.returncode == 75, held.stderr[-3000:]
-    line = _one_error_line(held)
+    line = _exit_75_while_items_is_locked(dsn, p)
     assert "snapshot of public.items: no ACCESS SHARE lock within 1500 ms" in line, line
     sql(dsn, "DELETE FROM items WHERE id > 400")
     resumed = p.ingest()
