@@ -108,3 +108,18 @@ def test_each_in_session_keeps_commit_settings_per_thread_and_runs_every_item(
         4,
         6,
     ]
+
+
+def test_a_spark_error_of_a_running_driver_is_not_taken_for_its_death(
+    spark: SparkSession,
+) -> None:
+    """`driver_dying` asks the live JVM whether its SparkContext stopped: an error that left
+    the driver running is the error itself, not a death (a probe that failed would say so)."""
+    from pyspark.errors import AnalysisException
+
+    from cdc_core.spark import driver_dying
+
+    with pytest.raises(AnalysisException) as failed:
+        spark.sql("SELECT * FROM no_such_table_anywhere").collect()
+    assert not driver_dying(failed.value, spark, grace_s=0.3)
+    assert not spark.sparkContext._jsc.sc().isStopped()  # type: ignore[union-attr]
