@@ -127,9 +127,15 @@ def if_driver_dies(spark: Spark, say: Callable[[], str]) -> Iterator[None]:
     except DriverDiedError:
         raise  # said already, by the step it died in
     except Exception as e:
+        if getattr(e, _OUTLIVED, False):  # an inner step watched the driver outlive it already
+            raise
         if not driver_dying(e, spark):
+            setattr(e, _OUTLIVED, True)
             raise
         raise DriverDiedError(say()) from e
+
+
+_OUTLIVED = "_cdc_driver_outlived"  # on an error the driver outlived: not watched again
 
 
 _OUT_OF_HEAP = "most likely out of heap (java.lang.OutOfMemoryError in its log above)"
