@@ -19,6 +19,7 @@ from typing import Literal
 
 import psycopg
 
+from cdc_core.config.model import TablesOrder
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -173,10 +174,12 @@ def plan_job(
     tables: Sequence[TableName], *, chunk_size: int,
     conditions: dict[TableName, str] | None = None, surrogate_key: str | None = None,
     overrides: Callable[[TableName], str | None] | None = None,
+    order: TablesOrder = "disabled",
 ) -> SnapshotJob:  # fmt: skip
     """Plan every table's chunks now (the plan is kept with the job). `overrides` gives the
     SELECT a table without a condition reads instead of its rows (a snapshot taking the whole
-    table's place: snapshot.select.statement.overrides)."""
+    table's place: snapshot.select.statement.overrides). `order`: the tables are read as
+    given, or by their estimated rows (snapshot.tables.order.by.row.count; ties as given)."""
     job = SnapshotJob(
         f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}", kind, origin
     )
@@ -194,6 +197,8 @@ def plan_job(
         elif condition:
             part.condition = condition
         job.tables.append(part)
+    if order != "disabled":
+        job.tables.sort(key=lambda t: t.plan.estimated_rows, reverse=order == "descending")
     return job
 
 

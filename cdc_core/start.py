@@ -294,7 +294,8 @@ def _plan(
     if decision.snapshot and not unfinished_initial:
         origin = f"snapshot.mode {settings.mode}"
         job = plan_job(conn, "initial", origin, first, chunk_size=settings.chunk_size,
-                       overrides=settings.select_for)  # fmt: skip
+                       overrides=settings.select_for,
+                       order=settings.tables_order_by_row_count)  # fmt: skip
         jobs.append(_save(lake, job))
     known = set(read_json(known_tables_file(lake)) or [])
     new = [t for t in first if str(t) not in known]
@@ -440,6 +441,8 @@ def _carry_out(
             chunk_size=config.pipeline.snapshot.chunk_size,
             conditions=dict(signal.conditions), surrogate_key=signal.surrogate_key,
             overrides=config.pipeline.snapshot.select_for if signal.kind == "blocking" else None,
+            order=config.pipeline.snapshot.tables_order_by_row_count
+            if signal.kind == "blocking" else "disabled",
         )  # fmt: skip
         job.signal = row.key
         return _save(lake, job)

@@ -95,7 +95,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "snapshot.mode.custom.name": "custom Snapshotter classes are Java",
     "snapshot.delay.ms": "schedule the run later instead",
     "streaming.delay.ms": "",
-    "snapshot.tables.order.by.row.count": "",
     "snapshot.new.tables": "a table added to source.tables is snapshotted by itself",
     "flush.lsn.source": "the slot is confirmed once changes are durably staged",
     "publish.via.partition.root": "",

@@ -32,6 +32,7 @@ JarsMode = Literal["resolve", "provided"]
 ReaderMode = Literal["stream", "sql"]
 AutocreateMode = Literal["filtered", "all_tables", "disabled"]
 FailureMode = Literal["fail", "warn", "skip"]
+TablesOrder = Literal["disabled", "ascending", "descending"]
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
                "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}  # fmt: skip
 
@@ -846,6 +847,15 @@ class SnapshotConfig:
                       "TRUNCATE or VACUUM FULL in progress holds it off); past it the run exits "
                       "75 and the next one tries again", key="lock.timeout.ms",
                       debezium="snapshot.lock.timeout.ms"),
+    )  # fmt: skip
+    tables_order_by_row_count: TablesOrder = field(
+        default="disabled",
+        metadata=meta("the order an initial or blocking snapshot reads its tables in: "
+                      "disabled (as listed, or schema and name order when found), ascending "
+                      "(fewest rows first: small mirrors are ready early) or descending (most "
+                      "rows first); rows as the planner estimates them, exact below 80 MB",
+                      key="tables.order.by.row.count",
+                      debezium="snapshot.tables.order.by.row.count"),
     )  # fmt: skip
     signal_data_collection: TableName | None = field(
         default=None,

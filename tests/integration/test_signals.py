@@ -329,3 +329,39 @@ def test_a_pause_sent_after_an_execute_pauses_it_until_a_resume(
     conn.execute("INSERT INTO debezium_signal VALUES ('resume-1', 'resume-snapshot', NULL)")
     start(config, lake)
     assert not load_jobs(lake)[0].paused
+
+
+@pytest.mark.parametrize(
+    ("order", "expected"),
+    [("disabled", ["big", "small", "mid"]), ("ascending", ["small", "mid", "big"]),
+     ("descending", ["big", "mid", "small"])],
+)  # fmt: skip
+def test_initial_and_blocking_snapshots_read_their_tables_in_the_row_count_order_asked(
+    pg: PgServer, database: str, tmp_path: Path, order: str, expected: list[str]
+) -> None:
+    """snapshot.tables.order.by.row.count orders an initial snapshot's tables and a blocking
+    one's; an incremental snapshot reads them as the signal lists them, as in Debezium."""
+    dsn = pg.dsn(database)
+    tables = {"big": 300, "small": 10, "mid": 100}  # listed neither ascending nor descending
+    sql(dsn, signal_table_ddl(TableName("public", "debezium_signal")), *(
+        s for name, rows in tables.items() for s in (
+            f"CREATE TABLE {name} (id int PRIMARY KEY)",
+            f"INSERT INTO {name} SELECT generate_series(1, {rows})",
+        )
+    ))  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, [f"public.{t}" for t in tables], snapshot="initial",
+        snapshot_extra="signal.data.collection: public.debezium_signal\n"
+                       f"tables.order.by.row.count: {order}\n",
+    )  # fmt: skip
+    config = load_pipeline("p", "local", home=tmp_path)
+    start(config, p.lake)
+    listed = '["public.big", "public.small", "public.mid"]'
+    sql(dsn, "INSERT INTO debezium_signal VALUES ('b', 'execute-snapshot', "
+             f"""'{{"data-collections": {listed}, "type": "blocking"}}')""",
+        "INSERT INTO debezium_signal VALUES ('i', 'execute-snapshot', "
+        f"""'{{"data-collections": {listed}, "type": "incremental"}}')""")  # fmt: skip
+    start(config, p.lake)
+    read = {j.kind: [t.table.name for t in j.tables] for j in load_jobs(p.lake)}
+    assert read == {"initial": expected, "blocking": expected,
+                    "incremental": ["big", "small", "mid"]}  # fmt: skip

@@ -461,6 +461,24 @@ def test_snapshot_lock_timeout_loads_and_must_be_positive(tmp_path: Path) -> Non
     assert message.endswith("snapshot.lock.timeout.ms: 0 must be at least 1"), message
 
 
+def test_snapshot_tables_order_takes_debeziums_three_values_and_names_them(tmp_path: Path) -> None:
+    def with_order(order: str) -> str:
+        return CONTRACT.replace(
+            "  mode: initial", f"  tables.order.by.row.count: {order}\n  mode: initial"
+        )
+
+    home = write_home(tmp_path, with_order("descending"))
+    snapshot = load_pipeline("orders", "local", home=home, environ={}).pipeline.snapshot
+    assert snapshot.tables_order_by_row_count == "descending"
+    default = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert default.pipeline.snapshot.tables_order_by_row_count == "disabled"
+    message = load_error(tmp_path, with_order("biggest"))
+    assert message.endswith(
+        "snapshot.tables.order.by.row.count: 'biggest' is not one of disabled, ascending, "
+        "descending"
+    ), message
+
+
 def test_retries_take_minus_one_for_no_limit_and_nothing_below(tmp_path: Path) -> None:
     home = write_home(tmp_path, CONTRACT + "capture:\n  retries: -1\n")
     unlimited = load_pipeline("orders", "local", home=home, environ={}).pipeline.capture

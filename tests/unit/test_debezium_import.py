@@ -274,6 +274,7 @@ def test_one_to_one_properties_come_from_the_config_fields_metadata() -> None:
     assert targets["publication.name"] == "source.publication"
     assert targets["incremental.snapshot.chunk.size"] == "snapshot.chunk.size"
     assert targets["snapshot.lock.timeout.ms"] == "snapshot.lock.timeout.ms"
+    assert targets["snapshot.tables.order.by.row.count"] == "snapshot.tables.order.by.row.count"
     assert targets["skip.messages.without.change"] == "source.skip.messages.without.change"
     assert targets["decimal.handling.mode"] == "silver.decimal.handling.mode"
     assert targets["message.key.columns"] == "source.message.key.columns"
