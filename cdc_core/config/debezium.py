@@ -106,8 +106,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "field.name.adjustment.mode": "column names are PostgreSQL's",
     "sanitize.field.names": "column names are PostgreSQL's",
     "converters": "custom converters are Java; silver types follow the type mapping",
-    "guardrail.collections.max": "",
-    "guardrail.collections.limit.action": "",
     "signal.poll.interval.ms": "signals are read at the start of every run and between reads",
     "lsn.flush.timeout.ms": "",
     "lsn.flush.timeout.action": "",

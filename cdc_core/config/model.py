@@ -33,6 +33,7 @@ ReaderMode = Literal["stream", "sql"]
 AutocreateMode = Literal["filtered", "all_tables", "disabled"]
 FailureMode = Literal["fail", "warn", "skip"]
 TablesOrder = Literal["disabled", "ascending", "descending"]
+LimitAction = Literal["warn", "fail"]
 _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
                "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}  # fmt: skip
 
@@ -494,6 +495,20 @@ class SourceConfig:
         metadata=meta("leave out the listed tables whose schema.table matches these",
                       key="table.exclude.list", debezium="table.exclude.list"),
     )  # fmt: skip
+    guardrail_collections_max: int = field(
+        default=0,
+        metadata=meta("the most tables the pipeline may capture (0: no limit), checked at the "
+                      "start of every run and whenever tables found in the catalog change: a "
+                      "guard against include lists that let through far more than meant",
+                      key="guardrail.collections.max", debezium="guardrail.collections.max"),
+    )  # fmt: skip
+    guardrail_collections_limit_action: LimitAction = field(
+        default="warn",
+        metadata=meta("past guardrail.collections.max: warn (a warning at every run's start "
+                      "and in cdc doctor) or fail (the run stops before it reads anything, "
+                      "exit 1)", key="guardrail.collections.limit.action",
+                      debezium="guardrail.collections.limit.action"),
+    )  # fmt: skip
     message_prefix_include_list: RegexList = field(
         default=RegexList(),
         metadata=meta("keep only logical decoding messages (op=m) whose prefix matches these",
@@ -685,6 +700,10 @@ class SourceConfig:
         )
         if self.heartbeat_interval_ms < 0:
             raise FieldError("heartbeat.interval.ms", f"{self.heartbeat_interval_ms} is negative")
+        if self.guardrail_collections_max < 0:
+            raise FieldError("guardrail.collections.max",
+                             f"{self.guardrail_collections_max} is negative: give the most "
+                             "tables to capture, or 0 for no limit")  # fmt: skip
         if self.retained_wal_fail and self.retained_wal_fail <= self.retained_wal_warn:
             raise FieldError(
                 "retained_wal_fail",

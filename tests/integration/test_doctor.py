@@ -690,3 +690,60 @@ def test_a_signal_table_the_role_cannot_read_gets_the_grant(
     assert check(run_doctor(config), "signal_table").detail == (
         "public.debezium_signal, SELECT granted"
     )
+
+
+def test_guardrail_collections_max_passes_warns_or_fails_by_the_captured_tables(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    """Debezium's guardrail.collections.max and limit.action, on listed and on found tables."""
+
+    def guardrail(most: int, action: str = "warn", found: str | None = None) -> Check:
+        source = {"guardrail.collections.max": str(most),
+                  "guardrail.collections.limit.action": action}  # fmt: skip
+        tables: Sequence[str] = ("public.customers", "public.orders")
+        if found is not None:  # no tables listed: those the include list lets through
+            source, tables = source | {"table.include.list": found}, ()
+        config = make_config(tmp_path, pg.product_dsn(shop), tables, sections={"source": source})
+        return check(run_doctor(config), "guardrail")
+
+    within = guardrail(2)
+    assert (within.status, within.detail) == (
+        "pass", "2 tables captured, at most 2 (guardrail.collections.max)"
+    )  # fmt: skip
+    past = guardrail(1)
+    assert (past.status, past.detail) == (
+        "warn", "source.tables lists 2 tables, more than guardrail.collections.max (1)"
+    )  # fmt: skip
+    assert "narrow source.tables, or raise source.guardrail.collections.max" in past.fix
+    assert guardrail(1, "fail").status == "fail"
+    found = guardrail(1, "fail", found=r"public\..*")
+    assert found.detail == (
+        "source.table.include.list lets 2 tables through, more than guardrail.collections.max (1)"
+    )
+
+
+def test_a_run_past_guardrail_collections_max_stops_before_it_reads_or_warns_and_goes_on(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    from tests.integration.harness import make_pipeline, sql
+
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)")
+    p = make_pipeline(tmp_path, dsn, ["public.a", "public.b"], source_extra=(
+        "guardrail.collections.max: 1\nguardrail.collections.limit.action: fail\n"
+    ))  # fmt: skip
+    stopped = p.ingest("--capture-only")
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    assert "guardrail: source.tables lists 2 tables, more than guardrail.collections.max (1)" in (
+        stopped.stderr
+    )
+    with psycopg.connect(dsn) as conn:
+        slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                             (p.slot,)).fetchone()  # fmt: skip
+    assert slots == (0,)  # nothing was set up on the source
+    p.edit("limit.action: fail", "limit.action: warn")
+    warned = p.ingest("--capture-only")
+    assert warned.returncode == 0, warned.stderr[-3000:]
+    assert "guardrail: source.tables lists 2 tables, more than guardrail.collections.max (1)" in (
+        warned.stderr
+    )

@@ -479,6 +479,27 @@ def test_snapshot_tables_order_takes_debeziums_three_values_and_names_them(tmp_p
     ), message
 
 
+def test_guardrail_collections_loads_with_debeziums_defaults_and_no_negative_limit(
+    tmp_path: Path,
+) -> None:
+    def with_guardrail(lines: str) -> str:
+        return CONTRACT.replace("snapshot:", f"{lines}snapshot:")
+
+    guarded = with_guardrail("  guardrail.collections.max: 2\n"
+                             "  guardrail.collections.limit.action: fail\n")  # fmt: skip
+    source = load_pipeline("orders", "local", home=write_home(tmp_path, guarded), environ={})
+    assert (source.pipeline.source.guardrail_collections_max,
+            source.pipeline.source.guardrail_collections_limit_action) == (2, "fail")  # fmt: skip
+    default = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert (default.pipeline.source.guardrail_collections_max,
+            default.pipeline.source.guardrail_collections_limit_action) == (0, "warn")  # fmt: skip
+    message = load_error(tmp_path, with_guardrail("  guardrail.collections.max: -1\n"))
+    assert message.endswith("source.guardrail.collections.max: -1 is negative: give the most "
+                            "tables to capture, or 0 for no limit"), message  # fmt: skip
+    message = load_error(tmp_path, with_guardrail("  guardrail.collections.limit.action: x\n"))
+    assert message.endswith("'x' is not one of warn, fail"), message
+
+
 def test_retries_take_minus_one_for_no_limit_and_nothing_below(tmp_path: Path) -> None:
     home = write_home(tmp_path, CONTRACT + "capture:\n  retries: -1\n")
     unlimited = load_pipeline("orders", "local", home=home, environ={}).pipeline.capture

@@ -275,6 +275,10 @@ def test_one_to_one_properties_come_from_the_config_fields_metadata() -> None:
     assert targets["incremental.snapshot.chunk.size"] == "snapshot.chunk.size"
     assert targets["snapshot.lock.timeout.ms"] == "snapshot.lock.timeout.ms"
     assert targets["snapshot.tables.order.by.row.count"] == "snapshot.tables.order.by.row.count"
+    assert targets["guardrail.collections.max"] == "source.guardrail.collections.max"
+    assert targets["guardrail.collections.limit.action"] == (
+        "source.guardrail.collections.limit.action"
+    )
     assert targets["skip.messages.without.change"] == "source.skip.messages.without.change"
     assert targets["decimal.handling.mode"] == "silver.decimal.handling.mode"
     assert targets["message.key.columns"] == "source.message.key.columns"

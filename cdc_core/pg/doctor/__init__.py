@@ -117,7 +117,8 @@ def _connect_fix(reason: str, config: Config) -> str:
 
 
 def _not_run(source: SourceConfig, why: str) -> list[Check]:
-    names = [n for n, _ in _STEPS if n not in ("tables", "replica_identity", "signal_table")]
+    lines_of_tables = ("guardrail", "tables", "replica_identity", "signal_table")
+    names = [n for n, _ in _STEPS if n not in lines_of_tables]
     names[-1:-1] = [f"{kind} {t}" for kind in ("table", "replica_identity") for t in source.tables]
     return [Check(name, "skip", f"not run: {why}") for name in names]
 
@@ -132,6 +133,7 @@ _STEPS: tuple[tuple[str, Callable[[Context], Check | list[Check]]], ...] = (
     ("replication_connection", role.replication_connection),
     ("publication", publication.publication),
     ("slot", slot.slot),
+    ("guardrail", tables.guardrail),
     ("tables", tables.tables),
     ("replica_identity", replica_identity.replica_identity),
     ("signal_table", tables.signal_table),

@@ -13,8 +13,28 @@ from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import TableInfo
 from cdc_core.pg.doctor.context import Context, error_reason, quoted, table_id
-from cdc_core.pg.doctor.report import Check
+from cdc_core.pg.doctor.report import Check, Status
 from cdc_core.signals import signal_table_ddl
+
+
+def guardrail(ctx: Context) -> list[Check]:
+    """Debezium's guardrail.collections.max: the captured tables against the most allowed
+    (no line when there is no limit). Past it, a warning or, with limit.action fail, a failure
+    that stops the run."""
+    source = ctx.source
+    most, count = source.guardrail_collections_max, len(source.tables)
+    if not most:
+        return []
+    if count <= most:
+        detail = f"{count} tables captured, at most {most} (guardrail.collections.max)"
+        return [Check("guardrail", "pass", detail)]
+    status: Status = "fail" if source.guardrail_collections_limit_action == "fail" else "warn"
+    which = (f"{source.tables_key} lets {count} tables through" if source.discovered
+             else f"source.tables lists {count} tables")  # fmt: skip
+    detail = f"{which}, more than guardrail.collections.max ({most})"
+    fix = (f"{ctx.pipeline_file}: narrow {source.tables_key}, or raise "
+           "source.guardrail.collections.max if they are all meant")  # fmt: skip
+    return [Check("guardrail", status, detail, fix)]
 
 
 def tables(ctx: Context) -> list[Check]:
