@@ -388,7 +388,7 @@ def _settle_confirmation(config: Config, lake: Lake, target: Lsn, timeout_s: flo
     """Make sure the slot really is confirmed at `target` once the walsender has gone."""
     source = config.pipeline.source
     deadline = time.monotonic() + timeout_s
-    with connect(source.dsn, bounded=False) as conn:  # an advance decodes its whole range
+    with connect(source.dsn, bounded=False, reads_slot=True) as conn:  # an advance decodes
         while True:
             state = slot_state(conn, source.slot)
             if state is None or state.confirmed_flush >= target:

@@ -51,7 +51,7 @@ from cdc_core.lake_state import committing
 from cdc_core.lsn import Lsn
 from cdc_core.notifications import NotificationType, Notifier, TableScanStatus
 from cdc_core.pg.catalog import own_rows
-from cdc_core.pg.connect import VALUE_OPTIONS, VALUE_SET, connect
+from cdc_core.pg.connect import VALUE_OPTIONS, connect, session_init
 from cdc_core.snapshot import SnapshotJob, TableSnapshot, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken
@@ -106,7 +106,7 @@ def jdbc_target(dsn: Dsn, info: psycopg.ConnectionInfo | None = None) -> tuple[s
     # The driver sends its own TimeZone (the JVM's) after `options`, and the server applies it
     # last: the settings are made again once the session is open.
     props = {"driver": "org.postgresql.Driver", "user": user, "options": VALUE_OPTIONS,
-             "sessionInitStatement": VALUE_SET}  # fmt: skip
+             "sessionInitStatement": session_init(dsn)}  # fmt: skip
     for key in ("password", "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword"):
         if params.get(key):
             props[key] = str(params[key])
@@ -341,7 +341,7 @@ def read_group(
             view = shared.view
         props |= {
             "sessionInitStatement": (
-                f"{VALUE_SET}; BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
+                f"{session_init(dsn)}; BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
                 f"SET TRANSACTION SNAPSHOT '{exported}'"
             ),
             "fetchsize": str(read.fetch_size),

@@ -82,7 +82,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "slot.stream.params": "the product chooses pgoutput's options itself",
     "slot.max.retries": "capture.retries and capture.retry_backoff_s bound retries in a run",
     "slot.retry.delay.ms": "see capture.retry_backoff_s",
-    "database.initial.statements": "",
     "database.autosave": "",
     "status.update.interval.ms": "standby status updates are sent as the stream needs them",
     "include.unknown.datatypes": "",

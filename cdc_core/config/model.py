@@ -52,6 +52,9 @@ class Dsn:
     query_timeout_s: float = 0.0
     """`source.query_timeout_s` (0: no limit), which `connect` sets as `statement_timeout` on the
     product's sessions from this string; the pipeline's loader puts it here."""
+    initial_statements: tuple[str, ...] = ()
+    """`source.database.initial.statements`, which `connect` runs on every session that does not
+    read the slot, and snapshot reads on every JDBC session; the loader puts them here."""
 
     @classmethod
     def parse(cls, text: str) -> Dsn:
@@ -135,6 +138,42 @@ class ByteSize(int):
         if not m or unit not in _BYTE_UNITS:
             raise ValueError(f"{text!r} is not a size (write bytes, or e.g. 64MiB, 512KB, 1GiB)")
         return cls(int(m.group(1)) * _BYTE_UNITS[unit])
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Debezium's `database.initial.statements`: SQL statements separated by `;`, where `;;` is
+    a semicolon inside one (`parse`), or a YAML list of whole statements (`from_items`)."""
+
+    items: tuple[str, ...] = ()
+    type_name = "SQL statements: a list, or separated by ; (;; for a semicolon in one)"
+
+    @classmethod
+    def parse(cls, text: str) -> Statements:
+        """Split as Debezium's `JdbcConnection.parseSqlStatementString` does: a `;` ends a
+        statement unless another follows it; blank statements are dropped."""
+        statements, current, i = [], "", 0
+        while i < len(text):
+            if text[i] == ";" and text[i + 1 : i + 2] == ";":
+                current, i = current + ";", i + 2
+                continue
+            if text[i] == ";":
+                statements.append(current)
+                current = ""
+            else:
+                current += text[i]
+            i += 1
+        return cls.from_items([*statements, current])
+
+    @classmethod
+    def from_items(cls, items: list[str]) -> Statements:
+        return cls(tuple(s.strip() for s in items if s.strip()))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def __str__(self) -> str:
+        return "; ".join(s.replace(";", ";;") for s in self.items)
 
 
 @dataclass(frozen=True)
@@ -583,6 +622,19 @@ class SourceConfig:
                       "creating the slot, planning a snapshot's chunks or cdc validate; 0: no "
                       "limit", debezium="database.query.timeout.ms"),
     )  # fmt: skip
+    database_initial_statements: Statements = field(
+        default=Statements(),
+        metadata=meta("SQL run at the start of every session the product opens on the source "
+                      "to query it (catalog reads, snapshot coordinators and their JDBC chunk "
+                      "reads, signals, cdc commands), never on one that reads the slot (the "
+                      "replication stream, source.reader sql's peeks and advances), as in "
+                      "Debezium: for session settings (SET ROLE, search_path, work_mem), not "
+                      "for writes. The product's own settings are made again after them (value "
+                      "formats, statement_timeout from query_timeout_s, idle timeouts). A "
+                      "statement that fails stops the run (exit 1), naming it",
+                      key="database.initial.statements", debezium="database.initial.statements",
+                      example="SET work_mem = '64MB'; SET application_name = 'cdc;;lake'"),
+    )  # fmt: skip
     retained_wal_warn: ByteSize = field(
         default=ByteSize(1 << 30),
         metadata=meta("WAL the server keeps for the slot (current WAL position less the "
@@ -695,9 +747,10 @@ class SourceConfig:
                 f"{self.query_timeout_s} is negative: give the seconds a query may run, "
                 "or 0 for no limit",
             )
-        object.__setattr__(
-            self, "dsn", dataclasses.replace(self.dsn, query_timeout_s=self.query_timeout_s)
-        )
+        object.__setattr__(self, "dsn", dataclasses.replace(
+            self.dsn, query_timeout_s=self.query_timeout_s,
+            initial_statements=self.database_initial_statements.items,
+        ))  # fmt: skip
         if self.heartbeat_interval_ms < 0:
             raise FieldError("heartbeat.interval.ms", f"{self.heartbeat_interval_ms} is negative")
         if self.guardrail_collections_max < 0:

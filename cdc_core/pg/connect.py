@@ -34,7 +34,6 @@ VALUE_SETTINGS = {
 # session while the slot is read, a snapshot's coordinator while its chunks are read), which a
 # role's idle timeouts, meant for applications, would end mid-run, and on every run again.
 SESSION_SETTINGS = {"idle_session_timeout": "0", "idle_in_transaction_session_timeout": "0"}
-SESSION_OPTIONS = " ".join(f"-c {k}={v}" for k, v in SESSION_SETTINGS.items())
 VALUE_OPTIONS = " ".join(f"-c {k}={v}" for k, v in {**VALUE_SETTINGS, **SESSION_SETTINGS}.items())
 VALUE_SET = "; ".join(f"SET {k} = '{v}'" for k, v in {**VALUE_SETTINGS, **SESSION_SETTINGS}.items())
 """The same as statements, for a client that sends settings of its own after `options` (JDBC
@@ -56,6 +55,10 @@ connection string is set). A failed connect has no SQLSTATE in psycopg (libpq re
 server's message as text, PostgreSQL 18 checked), so the words decide; a server whose
 lc_messages is not English matches none, and its refusals stay transient. Anything else (nothing
 listening, a timeout, too many clients, a server starting up or shutting down) may pass."""
+
+
+class InitialStatementError(TerminalError):
+    """A statement of `source.database.initial.statements` failed (not the connection)."""
 
 
 def refusal(message: str) -> str | None:
@@ -80,6 +83,7 @@ def connect(
     replication: bool = False,
     values: bool = False,
     bounded: bool = True,
+    reads_slot: bool = False,
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection; `replication=True` opens a logical replication (walsender) session,
     `values=True` a session that formats values with `VALUE_SETTINGS` (replication implies it).
@@ -90,17 +94,24 @@ def connect(
     the slot, cdc validate's whole-table reads), which then has no limit. A replication session
     is left as it was: the stream is never cancelled by a timeout.
 
+    A regular session runs `dsn.initial_statements` (`source.database.initial.statements`)
+    first, unless it `reads_slot` (Debezium leaves its transaction log connection alone), then
+    makes its own settings again: the statements may set anything, but not the value formats or
+    the limits the product depends on. A statement that fails is a `TerminalError` naming it.
+
     A server that cannot be reached is a `TransientError` (it may be restarting), one that
     refuses the login for good (`REFUSALS`) a `LoginError`; the message shows the connection
     string without its password. A malformed one is a `TerminalError` that does not quote it
     (libpq's message may quote a piece of the password).
     """
+    settings = {**VALUE_SETTINGS, **SESSION_SETTINGS} if replication or values else SESSION_SETTINGS
+    if not replication:
+        settings = {**settings, "statement_timeout": statement_timeout(
+            dsn.query_timeout_s if bounded else 0
+        )}  # fmt: skip
     try:
         own = conninfo_to_dict(dsn.conninfo).get("options")  # the source's own, kept first
-        ours = VALUE_OPTIONS if replication or values else SESSION_OPTIONS
-        if not replication:
-            limit = statement_timeout(dsn.query_timeout_s if bounded else 0)
-            ours += f" -c statement_timeout={limit}"
+        ours = " ".join(f"-c {k}={v}" for k, v in settings.items())
         conninfo = make_conninfo(
             dsn.conninfo,
             application_name=APPLICATION_NAME,
@@ -111,7 +122,7 @@ def connect(
     except psycopg.ProgrammingError as e:
         raise TerminalError(malformed(e)) from None
     try:
-        return psycopg.connect(conninfo, autocommit=autocommit)
+        conn = psycopg.connect(conninfo, autocommit=autocommit)
     except psycopg.OperationalError as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         failure = f"cannot connect to PostgreSQL at {dsn.redacted}: {reason}"
@@ -119,6 +130,41 @@ def connect(
         if fix is not None:
             raise LoginError(failure, fix.format(dsn="source.dsn")) from e
         raise TransientError(failure) from e
+    if dsn.initial_statements and not replication and not reads_slot:
+        _initial_statements(conn, dsn.initial_statements, settings)
+    return conn
+
+
+def _initial_statements(
+    conn: psycopg.Connection[tuple[object, ...]], statements: tuple[str, ...],
+    settings: dict[str, str],
+) -> None:  # fmt: skip
+    """Run `statements` on the new session, then make `settings` again (committed either way:
+    a setting made in a transaction rolled back later would be undone with it)."""
+    n, statement = 0, ""
+    try:
+        for n, statement in enumerate(statements, 1):  # noqa: B007 - named when one fails
+            conn.execute(statement.encode())  # as written: the simple query protocol
+        conn.execute("; ".join(f"SET {k} = '{v}'" for k, v in settings.items()).encode())
+        if not conn.autocommit:
+            conn.commit()
+    except psycopg.Error as e:
+        lost = conn.broken
+        conn.close()
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if lost:
+            where = "source.database.initial.statements"
+            raise TransientError(f"the connection was lost running {where}: {reason}") from e
+        shown = statement if len(statement) <= 80 else statement[:77] + "..."
+        raise InitialStatementError(
+            f"source.database.initial.statements: statement {n} ({shown!r}) failed: {reason}"
+        ) from e
+
+
+def session_init(dsn: Dsn) -> str:
+    """A JDBC session's first statements: the pipeline's initial statements, then the value
+    settings (`VALUE_SET`, made again after them, as `connect` does)."""
+    return "; ".join([*dsn.initial_statements, VALUE_SET])
 
 
 def malformed(e: psycopg.ProgrammingError) -> str:

@@ -250,7 +250,7 @@ class SqlSource:
         # decode, and an advance decodes its whole range: source.query_timeout_s (or a role's
         # statement_timeout) would cancel the same peek on every run. The stream reader's
         # walsender has no limit either.
-        self.conn = connect(self.dsn, autocommit=True, values=True, bounded=False)
+        self.conn = connect(self.dsn, autocommit=True, values=True, bounded=False, reads_slot=True)
         state = slot_state(self.conn, self.slot)
         if state is None:
             raise TerminalError(f"replication slot {self.slot!r} does not exist")

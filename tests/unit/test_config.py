@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdc_core.config import load_env, load_pipeline
-from cdc_core.config.model import KeyColumns
+from cdc_core.config.model import KeyColumns, Statements
 from cdc_core.errors import ConfigError
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
@@ -498,6 +498,41 @@ def test_guardrail_collections_loads_with_debeziums_defaults_and_no_negative_lim
                             "tables to capture, or 0 for no limit"), message  # fmt: skip
     message = load_error(tmp_path, with_guardrail("  guardrail.collections.limit.action: x\n"))
     assert message.endswith("'x' is not one of warn, fail"), message
+
+
+@pytest.mark.parametrize(
+    ("text", "statements"),
+    [
+        ("SET work_mem = '64MB'; SET search_path = app", ["SET work_mem = '64MB'",
+                                                          "SET search_path = app"]),
+        ("SET application_name = 'a;;b';", ["SET application_name = 'a;b'"]),
+        (" ; ;SELECT 1;", ["SELECT 1"]),
+        (";;;", [";"]),  # Debezium's parser: the escape, then a delimiter
+        # a Debezium user's statement, as written in a connector's configuration
+        ("DO $$BEGIN IF NOT EXISTS(SELECT FROM pg_publication) THEN CREATE PUBLICATION p;; "
+         "END IF;; END$$;", ["DO $$BEGIN IF NOT EXISTS(SELECT FROM pg_publication) THEN "
+                             "CREATE PUBLICATION p; END IF; END$$"]),
+    ],
+)  # fmt: skip
+def test_initial_statements_split_as_debezium_splits_them(text: str, statements: list[str]) -> None:
+    parsed = Statements.parse(text)
+    assert list(parsed.items) == statements
+    assert Statements.parse(str(parsed)) == parsed  # written back as it reads
+
+
+def test_initial_statements_load_from_a_string_or_a_list_into_the_connection(
+    tmp_path: Path,
+) -> None:
+    def with_statements(value: str) -> str:
+        return CONTRACT.replace("snapshot:", f"  database.initial.statements: {value}\nsnapshot:")
+
+    for value in ('"SET a.b = \'x;;y\'; SET work_mem = 1024"',
+                  "[\"SET a.b = 'x;y'\", SET work_mem = 1024]"):  # fmt: skip
+        home = write_home(tmp_path, with_statements(value))
+        source = load_pipeline("orders", "local", home=home, environ={}).pipeline.source
+        assert source.dsn.initial_statements == ("SET a.b = 'x;y'", "SET work_mem = 1024")
+    default = load_pipeline("orders", "local", home=write_home(tmp_path), environ={})
+    assert default.pipeline.source.dsn.initial_statements == ()
 
 
 def test_retries_take_minus_one_for_no_limit_and_nothing_below(tmp_path: Path) -> None:

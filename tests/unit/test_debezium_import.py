@@ -276,6 +276,7 @@ def test_one_to_one_properties_come_from_the_config_fields_metadata() -> None:
     assert targets["snapshot.lock.timeout.ms"] == "snapshot.lock.timeout.ms"
     assert targets["snapshot.tables.order.by.row.count"] == "snapshot.tables.order.by.row.count"
     assert targets["guardrail.collections.max"] == "source.guardrail.collections.max"
+    assert targets["database.initial.statements"] == "source.database.initial.statements"
     assert targets["guardrail.collections.limit.action"] == (
         "source.guardrail.collections.limit.action"
     )
@@ -295,6 +296,7 @@ def test_debezium_options_carry_over_with_dollars_kept_literal(
         "provide.transaction.metadata": "true",
         "time.precision.mode": "connect",
         "table.whitelist": "public.orders",  # Debezium 1.x's table.include.list
+        "database.initial.statements": "SET app.tag = '${x};;$$'; SET work_mem = '8MB'",
     }
     config = BASE | options
     del config["table.include.list"]
@@ -307,6 +309,7 @@ def test_debezium_options_carry_over_with_dollars_kept_literal(
     assert source.provide_transaction_metadata is True
     assert str(source.message_key_columns) == "public.orders:id"
     assert [str(t) for t in source.tables] == ["public.orders"]
+    assert source.dsn.initial_statements == ("SET app.tag = '${x};$$'", "SET work_mem = '8MB'")
 
 
 def test_a_regex_include_list_is_kept_and_the_tables_left_out(

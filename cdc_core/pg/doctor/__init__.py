@@ -22,7 +22,7 @@ from cdc_core.config.model import DroppedTable
 from cdc_core.errors import LoginError, TerminalError, TransientError
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection
-from cdc_core.pg.connect import connect, refusal
+from cdc_core.pg.connect import InitialStatementError, connect, refusal
 from cdc_core.pg.discover import describe, discover
 from cdc_core.pg.doctor import publication, replica_identity, role, server, slot, tables
 from cdc_core.pg.doctor.context import Context, error_reason, quoted
@@ -40,6 +40,9 @@ def run_doctor(config: Config) -> DoctorReport:
         return _unreachable(config, str(e), _connect_fix(str(e), config))
     except LoginError as e:
         return _unreachable(config, e.failure, _connect_fix(e.failure, config))
+    except InitialStatementError as e:
+        fix = f"{config.pipeline_file}: source.database.initial.statements: correct it"
+        return _unreachable(config, str(e), fix)
     except TerminalError as e:  # a malformed conninfo, not quoted: it may hold the password
         return _unreachable(config, str(e), f"{config.pipeline_file}: source.dsn: correct it")
     with conn:
