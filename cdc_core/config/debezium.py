@@ -78,7 +78,6 @@ KAFKA_GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 
 UNSUPPORTED: Mapping[str, str] = {
     "slot.drop.on.stop": "drop the slot by hand when the pipeline is retired",
-    "slot.failover": "create the slot yourself with failover = true (PostgreSQL 17+)",
     "slot.stream.params": "the product chooses pgoutput's options itself",
     "slot.max.retries": "capture.retries and capture.retry_backoff_s bound retries in a run",
     "slot.retry.delay.ms": "see capture.retry_backoff_s",

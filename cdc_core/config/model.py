@@ -497,6 +497,15 @@ class SourceConfig:
         ),
     )
 
+    slot_failover: bool = field(
+        default=False,
+        metadata=meta("create the slot as a failover slot, which PostgreSQL 17+ synchronizes "
+                      "to physical standbys (sync_replication_slots on the standby, "
+                      "synchronized_standby_slots on the primary), so a promoted standby still "
+                      "has the pipeline's position; an existing slot is made one at the next "
+                      "run's start. Before PostgreSQL 17 a warning, and an ordinary slot",
+                      key="slot.failover", debezium="slot.failover"),
+    )  # fmt: skip
     reader: ReaderMode = field(
         default="stream",
         metadata=meta(

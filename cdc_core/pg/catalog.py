@@ -21,6 +21,10 @@ _RELKINDS: dict[str, RelKind] = {"r": "ordinary", "p": "partitioned"}
 Connection = psycopg.Connection[TupleRow]
 
 
+FAILOVER_SLOTS = 170_000
+"""The server version (`server_version_num`) from which a slot can be a failover slot."""
+
+
 @dataclass(frozen=True)
 class TableInfo:
     """One captured table as the catalog and the current role see it."""
@@ -151,6 +155,7 @@ class SlotInfo:
     database: str | None
     active_pid: int | None
     wal_status: str | None
+    failover: bool | None = None  # synchronized to standbys (PostgreSQL 17+; None before)
 
 
 @dataclass(frozen=True)
@@ -357,16 +362,17 @@ def publication_info(conn: Connection, name: str) -> PublicationInfo | None:
 
 def slot_info(conn: Connection, name: str) -> SlotInfo | None:
     """The replication slot called `name` (slots are server-wide), or None."""
+    failover = "failover" if conn.info.server_version >= FAILOVER_SLOTS else "NULL::bool"
     rows = _rows(
         conn,
-        "SELECT slot_type, plugin, database, active_pid, wal_status "
+        f"SELECT slot_type, plugin, database, active_pid, wal_status, {failover} "
         "FROM pg_replication_slots WHERE slot_name = %s",
         (name,),
     )
     if not rows:
         return None
-    ((slot_type, plugin, database, active_pid, wal_status),) = rows
-    return SlotInfo(name, str(slot_type), plugin, database, active_pid, wal_status)
+    ((slot_type, plugin, database, active_pid, wal_status, fails_over),) = rows
+    return SlotInfo(name, str(slot_type), plugin, database, active_pid, wal_status, fails_over)
 
 
 def replication_usage(conn: Connection) -> ReplicationUsage:

@@ -202,11 +202,13 @@ def ensure_cluster(
     port: int | None = None,
     durable: bool = True,
     extra: Mapping[str, str] | None = None,
+    bindir: Path | None = None,
 ) -> LocalPostgres:
     """Start cluster `name` under the home directory, creating it if needed (idempotent).
 
     An existing cluster keeps its port while that is free; `port` is a preference for a new
-    one. `extra` settings are added to the standard ones at creation.
+    one. `extra` settings are added to the standard ones at creation; `bindir`: the server's
+    binaries for a new one (`find_bindir`'s if None).
     """
     cluster = find_cluster(name)
     if cluster is not None and cluster.running():
@@ -216,7 +218,7 @@ def ensure_cluster(
     else:
         data_dir = home_dir() / name
         shutil.rmtree(data_dir, ignore_errors=True)
-        cluster = LocalPostgres(data_dir, free_port(port), find_bindir())
+        cluster = LocalPostgres(data_dir, free_port(port), bindir or find_bindir())
         cluster.init(cluster_settings(durable=durable) | dict(extra or {}))
     cluster.port_file.write_text(str(cluster.port))
     cluster.start()
@@ -225,11 +227,11 @@ def ensure_cluster(
 
 @contextlib.contextmanager
 def throwaway_cluster(
-    prefix: str = "test", *, extra: Mapping[str, str] | None = None
+    prefix: str = "test", *, extra: Mapping[str, str] | None = None, bindir: Path | None = None
 ) -> Iterator[LocalPostgres]:
     """A fresh, non-durable cluster for the duration of a block, destroyed afterwards."""
     name = f"{prefix}-{os.getpid()}-{int(time.time() * 1000) % 100000}"
-    cluster = ensure_cluster(name, durable=False, extra=extra)
+    cluster = ensure_cluster(name, durable=False, extra=extra, bindir=bindir)
     try:
         yield cluster
     finally:

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
-from cdc_core.config.model import AutocreateMode
+from cdc_core.config.model import AutocreateMode, Dsn
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection
-from cdc_core.pg.connect import unbounded
+from cdc_core.pg.connect import connect, unbounded
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
 PLUGIN = "pgoutput"
+log = logging.getLogger("cdc_core.slot")
 
 
 @dataclass(frozen=True)
@@ -202,16 +204,36 @@ def system_identifier(conn: Connection) -> str | None:
     return None if row is None or row[0] is None else str(row[0])
 
 
-def ensure_slot(conn: Connection, name: str) -> SlotState:
+def ensure_slot(
+    conn: Connection, name: str, *, failover: bool = False, dsn: Dsn | None = None
+) -> SlotState:
     """Create logical slot `name` (pgoutput) if missing; refuse a slot that is not ours to use.
-    Only a run's start creates it (`cdc_core.start`): what reads it later uses `usable_slot`."""
+    Only a run's start creates it (`cdc_core.start`): what reads it later uses `usable_slot`.
+    `failover` (slot.failover): a failover slot, synchronized to standbys, on PostgreSQL 17+
+    (an existing one is made one, on a replication session to `dsn`); a warning before 17."""
+    can_fail_over = conn.info.server_version >= catalog.FAILOVER_SLOTS
+    if failover and not can_fail_over:
+        log.warning("source.slot.failover: PostgreSQL %s has no failover slots (17 and newer "
+                    "do): slot %s is not synchronized to standbys",
+                    conn.info.server_version // 10_000, name)  # fmt: skip
     if catalog.slot_info(conn, name) is None:
+        create = "SELECT pg_create_logical_replication_slot(%s, %s)"
+        if failover and can_fail_over:  # (name, plugin, temporary, two-phase, failover)
+            create = "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)"
         # created concurrently: it is checked below like any existing slot
         # the server waits for every transaction running to end, however long that takes
         with contextlib.suppress(psycopg.errors.DuplicateObject), unbounded(conn):
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (name, PLUGIN))
+            conn.execute(create, (name, PLUGIN))
     state = usable_slot(conn, name)
     assert state is not None
+    info = catalog.slot_info(conn, name)
+    if failover and can_fail_over and info is not None and info.failover is False:
+        assert dsn is not None, "making a slot a failover slot takes a replication session"
+        with connect(dsn, replication=True) as replication:  # a replication command
+            replication.execute(
+                sql.SQL("ALTER_REPLICATION_SLOT {} ( FAILOVER true )").format(sql.Identifier(name))
+            )
+        log.info("slot %s is a failover slot now (source.slot.failover)", name)
     return state
 
 

@@ -7,6 +7,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -72,10 +73,11 @@ def pg() -> Iterator[PgServer]:
 
 
 @contextlib.contextmanager
-def own_server(name: str, purpose: str) -> Iterator[PgServer]:
-    """A throwaway cluster where the product role has its password; unavailable without one."""
+def own_server(name: str, purpose: str, bindir: Path | None = None) -> Iterator[PgServer]:
+    """A throwaway cluster where the product role has its password; unavailable without one.
+    `bindir`: another server's binaries than the machine's (`pg_versions`)."""
     try:
-        with throwaway_cluster(name) as cluster:
+        with throwaway_cluster(name, bindir=bindir) as cluster:
             privileges.require_password(cluster)
             yield PgServer(cluster.dsn(), cluster)
     except SetupError as e:

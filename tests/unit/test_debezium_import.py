@@ -277,6 +277,7 @@ def test_one_to_one_properties_come_from_the_config_fields_metadata() -> None:
     assert targets["snapshot.tables.order.by.row.count"] == "snapshot.tables.order.by.row.count"
     assert targets["guardrail.collections.max"] == "source.guardrail.collections.max"
     assert targets["database.initial.statements"] == "source.database.initial.statements"
+    assert targets["slot.failover"] == "source.slot.failover"
     assert targets["guardrail.collections.limit.action"] == (
         "source.guardrail.collections.limit.action"
     )
