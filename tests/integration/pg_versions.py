@@ -5,6 +5,7 @@ under the clusters' home, where the unprivileged user that runs them can read th
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import shutil
 import tarfile
@@ -32,7 +33,8 @@ def bindir(major: int) -> Path:
     if (target / "bin" / "postgres").is_file():
         return target / "bin"
     target.parent.mkdir(parents=True, exist_ok=True)
-    home_dir().chmod(0o755)  # the server's user must reach its binaries
+    with contextlib.suppress(PermissionError):  # another user's: it set the mode itself
+        home_dir().chmod(0o755)  # the server's user must reach its binaries
     with exclusive(target.parent / f".{version}.lock"):
         if not (target / "bin" / "postgres").is_file():
             [jar] = resolve([f"{ARTIFACT}:{version}"], quiet=True)
