@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -34,8 +34,20 @@ VALUE_SETTINGS = {
 # session while the slot is read, a snapshot's coordinator while its chunks are read), which a
 # role's idle timeouts, meant for applications, would end mid-run, and on every run again.
 SESSION_SETTINGS = {"idle_session_timeout": "0", "idle_in_transaction_session_timeout": "0"}
-VALUE_OPTIONS = " ".join(f"-c {k}={v}" for k, v in {**VALUE_SETTINGS, **SESSION_SETTINGS}.items())
-VALUE_SET = "; ".join(f"SET {k} = '{v}'" for k, v in {**VALUE_SETTINGS, **SESSION_SETTINGS}.items())
+
+
+def options(settings: Mapping[str, str]) -> str:
+    """`settings` as libpq's `options`: made as the session starts."""
+    return " ".join(f"-c {k}={v}" for k, v in settings.items())
+
+
+def set_statements(settings: Mapping[str, str]) -> str:
+    """`settings` as SET statements: made again on a session already open."""
+    return "; ".join(f"SET {k} = '{v}'" for k, v in settings.items())
+
+
+VALUE_OPTIONS = options({**VALUE_SETTINGS, **SESSION_SETTINGS})
+VALUE_SET = set_statements({**VALUE_SETTINGS, **SESSION_SETTINGS})
 """The same as statements, for a client that sends settings of its own after `options` (JDBC
 sends the JVM's TimeZone)."""
 
@@ -111,7 +123,7 @@ def connect(
         )}  # fmt: skip
     try:
         own = conninfo_to_dict(dsn.conninfo).get("options")  # the source's own, kept first
-        ours = " ".join(f"-c {k}={v}" for k, v in settings.items())
+        ours = options(settings)
         conninfo = make_conninfo(
             dsn.conninfo,
             application_name=APPLICATION_NAME,
@@ -124,8 +136,7 @@ def connect(
     try:
         conn = psycopg.connect(conninfo, autocommit=autocommit)
     except psycopg.OperationalError as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        failure = f"cannot connect to PostgreSQL at {dsn.redacted}: {reason}"
+        failure = f"cannot connect to PostgreSQL at {dsn.redacted}: {first_line(e)}"
         fix = refusal(str(e))
         if fix is not None:
             raise LoginError(failure, fix.format(dsn="source.dsn")) from e
@@ -145,13 +156,13 @@ def _initial_statements(
     try:
         for n, statement in enumerate(statements, 1):  # noqa: B007 - named when one fails
             conn.execute(statement.encode())  # as written: the simple query protocol
-        conn.execute("; ".join(f"SET {k} = '{v}'" for k, v in settings.items()).encode())
+        conn.execute(set_statements(settings).encode())
         if not conn.autocommit:
             conn.commit()
     except psycopg.Error as e:
         lost = conn.broken
         conn.close()
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = first_line(e)
         if lost:
             where = "source.database.initial.statements"
             raise TransientError(f"the connection was lost running {where}: {reason}") from e
@@ -159,6 +170,12 @@ def _initial_statements(
         raise InitialStatementError(
             f"source.database.initial.statements: statement {n} ({shown!r}) failed: {reason}"
         ) from e
+
+
+def first_line(e: BaseException) -> str:
+    """An error's first line (a server's message has a DETAIL and a HINT after it)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def session_init(dsn: Dsn) -> str:

@@ -226,8 +226,8 @@ def ensure_slot(
             conn.execute(create, (name, PLUGIN))
     state = usable_slot(conn, name)
     assert state is not None
-    info = catalog.slot_info(conn, name)
-    if failover and can_fail_over and info is not None and info.failover is False:
+    info = catalog.slot_info(conn, name) if failover and can_fail_over else None
+    if info is not None and info.failover is False:
         assert dsn is not None, "making a slot a failover slot takes a replication session"
         with connect(dsn, replication=True) as replication:  # a replication command
             replication.execute(
