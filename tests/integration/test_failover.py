@@ -1,23 +1,40 @@
-"""docs/runbooks.md, "Failover to a new primary (PostgreSQL 15 and older)", followed step by step:
-a physical standby made with pg_basebackup is promoted after the primary stops; it has no
-logical slot (slots are not replicated before PostgreSQL 17), so a run pointed at it under
-snapshot.mode initial stops naming the slot, and under when_needed takes a new slot and a new
-snapshot, after which every mirror equals the new primary's tables."""
+"""docs/runbooks.md, "Failover to a new primary", followed step by step.
+
+PostgreSQL 15 and older: a physical standby made with pg_basebackup is promoted after the
+primary stops; it has no logical slot (slots are not replicated before PostgreSQL 17), so a run
+pointed at it under snapshot.mode initial stops naming the slot, and under when_needed takes a
+new slot and a new snapshot, after which every mirror equals the new primary's tables.
+
+PostgreSQL 17 (`slot.failover`): the standby keeps the pipeline's slot in step, and after the
+primary crashes and the standby is promoted, the pipeline streams on from it with no snapshot,
+no change lost and none twice, the ones the old primary never sent included."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
+from cdc_core.config import load_pipeline
+from cdc_core.errors import SetupError
 from cdc_core.identifiers import TableName
+from cdc_core.lsn import Lsn
+from cdc_core.metrics import Totals
 from cdc_core.pg.local import LocalPostgres, free_port
+from cdc_core.pipeline import batch
+from cdc_core.state import read_json, stream_file
+from tests.conftest import unavailable
+from tests.integration import pg_versions
 from tests.integration.conftest import PgServer, own_server
 from tests.integration.harness import (
+    Pipeline,
     ingest_ok,
     make_pipeline,
     resnapshot_when_needed,
@@ -130,3 +147,145 @@ def test_failover_to_a_promoted_standby_resnapshots_under_when_needed(
         assert assert_mirror_equals_source(spark, p.lake, new_dsn, NOTES) == 49
     finally:
         standby.destroy()
+
+
+@pytest.fixture
+def primary17() -> Iterator[PgServer]:
+    """A PostgreSQL 17 server of its own (`pg_versions`): the test crashes it."""
+    try:
+        bindir = pg_versions.bindir(17)
+    except SetupError as e:
+        unavailable(f"no PostgreSQL 17: {e}")
+    with own_server("primary17", "failover slots", bindir) as server:
+        yield server
+
+
+STANDBY_SLOT = "standby_1"
+
+
+def _syncing_standby_of(primary: LocalPostgres) -> LocalPostgres:
+    """A streaming physical standby of `primary` that synchronizes failover slots (PostgreSQL
+    17), set up as the runbook says. The embedded builds have no pg_basebackup, so the standby
+    is a copy of the data directory taken while the primary is stopped, without its replication
+    slots (as pg_basebackup copies none); the primary starts again at once."""
+    primary.stop()
+    data_dir = primary.data_dir.parent / f"{primary.data_dir.name}-standby"
+    subprocess.run(["cp", "-a", str(primary.data_dir), str(data_dir)], check=True)
+    for slot in (data_dir / "pg_replslot").iterdir():
+        subprocess.run(["rm", "-r", str(slot)], check=True)
+    owner = data_dir.stat()
+    signal = data_dir / "standby.signal"
+    signal.touch()
+    os.chown(signal, owner.st_uid, owner.st_gid)
+    conninfo = f"host=127.0.0.1 port={primary.port} user=postgres dbname=postgres"
+    with (data_dir / "postgresql.auto.conf").open("a") as f:
+        f.write(f"primary_conninfo = '{conninfo}'\nprimary_slot_name = '{STANDBY_SLOT}'\n"
+                "hot_standby_feedback = on\n")  # fmt: skip
+    primary.start()
+    with psycopg.connect(primary.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT pg_create_physical_replication_slot(%s, true)", (STANDBY_SLOT,))
+        # the pipeline is never sent what the standby has not received
+        conn.execute(f"ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'")
+        conn.execute("SELECT pg_reload_conf()")
+    standby = LocalPostgres(data_dir, free_port(), primary.bindir)
+    standby.start()
+    return standby
+
+
+def _slot(dsn: str, slot: str) -> tuple[str, bool, bool, bool] | None:
+    """(confirmed_flush_lsn, failover, synced, temporary) of `slot`, None without one."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(  # type: ignore[return-value]
+            "SELECT confirmed_flush_lsn::text, failover, synced, temporary "
+            "FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()  # fmt: skip
+
+
+def _sync_slots(
+    primary: LocalPostgres, standby: LocalPostgres, slot: str, read: Callable[[], None]
+) -> str:
+    """Synchronize the standby's failover slots now (`sync_replication_slots` would, every few
+    seconds) until `slot` there is a lasting copy at the primary's confirmed position; that
+    position. A new copy lasts only once the primary's slot needs no WAL and no catalog rows
+    older than the standby has: until then the pipeline `read`s the slot, past a checkpoint's
+    record of running transactions, which moves the slot's needs on."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        sql(primary.dsn(), "CHECKPOINT")
+        read()
+        _wait_replayed(primary, standby)
+        with psycopg.connect(standby.dsn(), autocommit=True) as conn:
+            conn.execute("SELECT pg_sync_replication_slots()")
+        on_primary = _slot(primary.dsn(), slot)
+        assert on_primary is not None
+        assert on_primary[1], "the pipeline's slot is a failover slot"
+        on_standby = _slot(standby.dsn(), slot)
+        if on_standby == (on_primary[0], True, True, False):
+            return on_primary[0]
+    raise AssertionError(f"slot {slot} was not synchronized to the standby: {on_standby}")
+
+
+def _run(p: Pipeline, spark: SparkSession) -> None:
+    batch(spark, load_pipeline("p", "local", home=p.home), p.lake, Totals())
+
+
+def test_a_failover_slot_carries_the_stream_to_a_promoted_standby_on_17(
+    primary17: PgServer, tmp_path: Path, spark: SparkSession
+) -> None:
+    old = primary17.cluster
+    assert old is not None
+    db = primary17.create_database("fo")
+    old_dsn = primary17.dsn(db)
+    sql(old_dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 300) g")  # fmt: skip
+    p = make_pipeline(tmp_path, old_dsn, ["public.items"], snapshot="initial",
+                      source_extra="slot.failover: true\n")  # fmt: skip
+    _run(p, spark)  # the initial snapshot; the slot is made a failover slot
+    sql(old_dsn, "UPDATE items SET v = 'streamed' WHERE id <= 20")
+    _run(p, spark)
+
+    standby = _syncing_standby_of(old)
+    try:
+        synced_at = _sync_slots(old, standby, p.slot, lambda: _run(p, spark))
+        # read by the pipeline after the standby last synchronized its slot: the promoted
+        # standby's slot is behind the pipeline's position, and the stream must not send them
+        # twice (or staging must recognise them)
+        sql(old_dsn, "UPDATE items SET v = 'after the sync' WHERE id BETWEEN 21 AND 30")
+        _run(p, spark)
+        # written but never read by the pipeline: only the standby's slot can still send them
+        sql(old_dsn, "UPDATE items SET v = 'never read' WHERE id BETWEEN 31 AND 40",
+            "DELETE FROM items WHERE id BETWEEN 41 AND 45",
+            "INSERT INTO items VALUES (1000, 'inserted before the crash')")  # fmt: skip
+        _wait_replayed(old, standby)
+        old.stop("immediate")  # the primary crashes
+        standby._run(["pg_ctl", "promote", "-w", "-t", "60", "-D", str(standby.data_dir)])
+        new_dsn = primary17.dsn(db).replace(f"port={old.port}", f"port={standby.port}")
+        assert new_dsn != old_dsn
+        kept = _slot(new_dsn, p.slot)
+        assert kept is not None
+        assert kept[0] == synced_at, kept
+        stored = read_json(stream_file(p.lake))
+        assert isinstance(stored, dict)
+        assert Lsn.parse(stored["confirmed"]) > Lsn.parse(synced_at)  # behind the pipeline
+
+        # Runbook step: source.dsn at the new primary; the doctor passes; the run streams on.
+        p.edit(f"port={old.port}", f"port={standby.port}")
+        doctor = p.cdc("doctor", "--pipeline", "p")
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        _run(p, spark)
+        assert assert_mirror_equals_source(spark, p.lake, new_dsn, ITEMS) == 296
+        sql(new_dsn, "UPDATE items SET v = 'on the new primary' WHERE id BETWEEN 291 AND 300",
+            "DELETE FROM items WHERE id = 1")  # fmt: skip
+        _run(p, spark)
+        assert assert_mirror_equals_source(spark, p.lake, new_dsn, ITEMS) == 295
+    finally:
+        standby.destroy()
+
+    bronze = spark.read.format("delta").load(p.lake.bronze)
+    assert bronze.where("op = 'r'").count() == 300, "one snapshot: none after the failover"
+    values = bronze.where("op = 'u'").groupBy(F.get_json_object("after", "$.v").alias("v"))
+    updates = {r["v"]: r["count"] for r in values.count().collect()}
+    assert updates == {"streamed": 20, "after the sync": 10, "never read": 10,
+                       "on the new primary": 10}, updates  # fmt: skip
+    assert bronze.where("op = 'd'").count() == 6
+    assert bronze.where("op = 'c'").count() == 1
