@@ -27,9 +27,11 @@ from cdc_core.errors import TerminalError, TransientError
 from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
+from cdc_core.lost_position import forked_history
 from cdc_core.lsn import Lsn
 from cdc_core.pg import catalog
 from cdc_core.pg.connect import connect
+from cdc_core.pg.history import current_timeline
 from cdc_core.pg.identity import identity_problem
 from cdc_core.pg.replication import CaughtUp, Checkpoint, Event, SqlSource, StreamSource
 from cdc_core.pg.slot import (
@@ -210,8 +212,8 @@ def _capture_until(
                          peek_changes=settings.peek_changes)  # fmt: skip
     else:
         slot = StreamSource(source.dsn, source.slot, source.publication)
-    reader = _Recording(slot, lake, source.slot)
     with connect(source.dsn) as catalog_conn:
+        reader = _Recording(slot, lake, source.slot, _same_history(config, lake, catalog_conn))
         assembler = Assembler(
             source.followed,
             lambda rel, types: _described(
@@ -238,6 +240,23 @@ def _capture_until(
             reader.confirm(stager.durable_end())
         finally:
             reader.close()
+
+
+def _same_history(
+    config: Config, lake: Lake, conn: psycopg.Connection[tuple[object, ...]]
+) -> int | None:
+    """The source's timeline, once the lake's position is known to be in its WAL history: an
+    attempt that reconnects after a failover (an address moved to a promoted standby) stops
+    before it reads from a history that forked before what the lake holds, where the new
+    primary's own changes would sort before it and be taken for staged already."""
+    timeline = current_timeline(conn)
+    forked = forked_history(config.pipeline.source.dsn, lake, timeline)
+    if forked is not None:
+        raise TerminalError(
+            f"pipeline {config.pipeline.name}: {forked}; the next run decides under "
+            f"snapshot.mode ({config.pipeline.snapshot.mode}): when_needed takes a new snapshot"
+        )
+    return timeline
 
 
 def _captured_oids(
@@ -306,6 +325,7 @@ class _Recording:
     slot: StreamSource | SqlSource
     lake: Lake
     name: str
+    timeline: int | None = None  # the source's: recorded with each position
     recorded: Lsn | None = None
 
     def open(self, position: Lsn) -> None:
@@ -326,7 +346,7 @@ class _Recording:
 
     def _record(self, position: Lsn) -> None:
         if self.recorded is None or position > self.recorded:
-            record_confirmed(self.lake, self.name, position)
+            record_confirmed(self.lake, self.name, position, timeline=self.timeline)
             self.recorded = position
             faults.point("confirm.recorded")
 

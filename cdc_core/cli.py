@@ -190,9 +190,11 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 def _accept_lost_position(args: argparse.Namespace) -> int:
     from cdc_core.config import load_pipeline
+    from cdc_core.errors import TerminalError
     from cdc_core.lake import Lake
-    from cdc_core.lost_position import request_accept, stored_position
+    from cdc_core.lost_position import forked_history, request_accept, stored_position
     from cdc_core.pg.connect import connect
+    from cdc_core.pg.history import current_timeline
     from cdc_core.pg.slot import slot_state, system_identifier
     from cdc_core.start import holds_position
     from cdc_core.state import check_owner, read_json, stream_file
@@ -207,6 +209,12 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
         return EXIT_OK
     with connect(source.dsn) as conn:
         slot, system = slot_state(conn, source.slot), system_identifier(conn)
+        forked = forked_history(source.dsn, lake, current_timeline(conn))
+    if forked is not None:
+        raise TerminalError(
+            f"pipeline {args.pipeline}: {forked}; going on without a snapshot cannot bring the "
+            "lake in line: set snapshot.mode: when_needed and run again"
+        )
     if holds_position(slot, read_json(stream_file(lake)), system):
         print(f"slot {source.slot} still has the stored position {stored}: nothing to accept")
         return EXIT_OK

@@ -20,10 +20,13 @@ import time
 
 import psycopg
 
+from cdc_core.config import Dsn
 from cdc_core.errors import TerminalError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.pg.history import forked_before
 from cdc_core.pg.slot import SlotState, slot_state
+from cdc_core.stager import staged_files
 from cdc_core.state import read_json, stream_file, write_json
 from cdc_core.storage import Location
 
@@ -78,6 +81,18 @@ def forgo(conn: Conn, pipeline: str, slot_name: str, lake: Lake, stored: Lsn) ->
     if slot is not None and slot.wal_status == "lost":
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot_name,))
     stream_file(lake).unlink(missing_ok=True)
+
+
+def forked_history(dsn: Dsn, lake: Lake, timeline: int | None) -> str | None:
+    """Why the lake's position (the stored one, or the last staged file's end when that is
+    later) is not in the WAL history of the source, on `timeline` now (`cdc_core.pg.history`):
+    a standby promoted before that position. None when it is, or when a timeline is unknown."""
+    stored = read_json(stream_file(lake))
+    if not isinstance(stored, dict) or stored.get("timeline") is None:
+        return None
+    staged = staged_files(lake.changes)
+    end = max(Lsn.parse(str(stored["confirmed"])), staged[-1].end if staged else Lsn(0))
+    return forked_before(dsn, timeline, int(stored["timeline"]), end)
 
 
 def wal_behind(conn: Conn, stored: Lsn) -> Lsn | None:

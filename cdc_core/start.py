@@ -27,6 +27,7 @@ from cdc_core.lsn import Lsn
 from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pg.catalog import own_rows, publication_info, table_info
 from cdc_core.pg.connect import connect
+from cdc_core.pg.history import current_timeline
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import (
     SlotState,
@@ -91,16 +92,23 @@ def start(config: Config, lake: Lake) -> RunStart:
     jobs = load_jobs(lake)
     stopped = {j.id for j in jobs if j.stopped}
     with connect(source.dsn, values=True) as conn:
-        system = system_identifier(conn)
-        state = _start_state(conn, config, lake, jobs, system)
+        system, timeline = system_identifier(conn), current_timeline(conn)
+        forked = lost_position.forked_history(source.dsn, lake, timeline)
+        state = _start_state(conn, config, lake, jobs, system, forked=forked)
         asked = lost_position.requested(lake)
         if asked is not None:
-            state = _accept_request(conn, config, lake, state, asked)
+            state = _accept_request(conn, config, lake, state, asked, forked=forked)
         decision = decide(config.pipeline.snapshot.mode, state)
         stored = read_json(stream_file(lake))  # after the request: accepting removes it
         if decision.new_slot and isinstance(stored, dict):  # a new snapshot's positions must
             position = Lsn.parse(str(stored["confirmed"]))  # sort after the lake's
-            lost_position.refuse_wal_behind(conn, config.pipeline.name, position)
+            why = f"{forked}; " if forked else ""
+            lost_position.refuse_wal_behind(conn, config.pipeline.name, position, why)
+        if decision.fail and forked:  # no drain makes it right: accept-lost-position refuses
+            raise TerminalError(
+                f"pipeline {config.pipeline.name}: {forked}; Set snapshot.mode: "
+                "when_needed to take a new snapshot automatically, or always"
+            )
         if decision.fail:
             why = _slot_trouble(slot_state(conn, source.slot), source.slot, stored, system)
             raise TerminalError(f"pipeline {config.pipeline.name}: {why}{decision.fail}")
@@ -130,27 +138,39 @@ def start(config: Config, lake: Lake) -> RunStart:
                 jobs += _heal(conn, config, lake, drifted)
             entries = recorded | {str(t): e.to_json() for t, e in now.items()}
             write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
-        stored = read_json(stream_file(lake))
-        if slot is not None and stored is None:  # after planning: a run that dies first starts
-            record_confirmed(lake, source.slot, slot.confirmed_flush, system)  # over
-            lost_position.done(lake)  # an accepted loss: the slot's position is the lake's now
-        elif slot is not None and system and isinstance(stored, dict) and "system" not in stored:
-            write_json(stream_file(lake), stored | {"system": system})  # an older version's
+        if slot is not None:
+            _record_source(lake, slot, system, timeline)
     reset = any(d.reset for d in drifted)
     aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
 
 
+def _record_source(lake: Lake, slot: SlotState, system: str | None, timeline: int | None) -> None:
+    """The stored position as the run goes on with it: the slot's, where none is stored (a
+    first run, a new slot, an accepted loss), after planning, so that a run that dies first
+    starts over; the source's system identifier (an older version's record lacks it) and
+    timeline (a new one after a failover that kept the position in its history) kept with it."""
+    stored = read_json(stream_file(lake))
+    if stored is None:
+        record_confirmed(lake, slot.name, slot.confirmed_flush, system, timeline)
+        lost_position.done(lake)  # an accepted loss: the slot's position is the lake's now
+    elif isinstance(stored, dict):
+        known = {"system": system or stored.get("system"), "timeline": timeline}
+        if any(v is not None and stored.get(k) != v for k, v in known.items()):
+            write_json(stream_file(lake), stored | {k: v for k, v in known.items() if v})
+
+
 def _start_state(
-    conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob], system: str | None
-) -> StartState:
+    conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob], system: str | None, *,
+    forked: str | None,
+) -> StartState:  # fmt: skip
     stored = read_json(stream_file(lake))
     initial = [j for j in jobs if j.kind == "initial"]
     slot = slot_state(conn, config.pipeline.source.slot)
     return StartState(
         stored_position=stored is not None or any(j.finished for j in initial),
         snapshot_unfinished=any(not j.finished for j in initial),
-        position_available=holds_position(slot, stored, system),
+        position_available=forked is None and holds_position(slot, stored, system),
     )
 
 
@@ -173,11 +193,20 @@ def holds_position(slot: SlotState | None, stored: object, system: str | None) -
 
 
 def _accept_request(
-    conn: Conn, config: Config, lake: Lake, state: StartState, asked: Lsn
+    conn: Conn, config: Config, lake: Lake, state: StartState, asked: Lsn, *, forked: str | None
 ) -> StartState:
     """An `accept-lost-position` request made for `asked`: applied when that is the stored
-    position and it is gone, removed unused otherwise (never applied to another loss)."""
+    position and it is gone, removed unused otherwise (never applied to another loss). Refused
+    when the source's history forked before the lake's position (`forked`): the lake holds
+    changes the server never had, and the server's own after the fork would be skipped."""
     stored = lost_position.stored_position(lake)
+    if forked is not None and stored == asked:
+        lost_position.done(lake)  # refused for good: a later run must not meet it again
+        raise TerminalError(
+            f"pipeline {config.pipeline.name}: cdc accept-lost-position: {forked}; going on "
+            "without a snapshot cannot bring the lake in line: set snapshot.mode: when_needed "
+            "and run again"
+        )
     if stored != asked:
         log.info("an accept-lost-position request for %s does not apply to the stored position "
                  "%s; removed", asked, stored)  # fmt: skip

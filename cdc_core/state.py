@@ -92,23 +92,34 @@ def mirror_owner(lake: Lake, mirror: str) -> str | None:
     return str(owner) if owner is not None else None
 
 
-def record_confirmed(lake: Lake, slot: str, position: Lsn, system: str | None = None) -> None:
+def record_confirmed(
+    lake: Lake, slot: str, position: Lsn, system: str | None = None, timeline: int | None = None
+) -> None:
     """Record the position about to be confirmed to `slot` (before confirming it). The record
     never moves back for the same slot: the slot may already be confirmed up to it (a run
     confirms past WAL that holds nothing captured, beyond its last staged file, and the next
     run starts from that file), and a slot found ahead of the record reads as recreated.
     `system`: the identifier of the cluster the slot is on (`pg_control_system()`), recorded
-    with the first position and kept by later ones."""
+    with the first position and kept by later ones; `timeline`: the server's timeline, whose
+    history the position is in (`cdc_core.pg.history`), likewise."""
     stored = read_json(stream_file(lake))
     same = isinstance(stored, dict) and stored.get("slot") == slot
     known = system or (stored.get("system") if same else None)
-    if same and Lsn.parse(str(stored["confirmed"])) >= position and stored.get("system") == known:
+    on = timeline or (stored.get("timeline") if same else None)
+    if (
+        same
+        and Lsn.parse(str(stored["confirmed"])) >= position
+        and stored.get("system") == known
+        and stored.get("timeline") == on
+    ):
         return
-    record = {"slot": slot, "confirmed": str(position)}
+    record: dict[str, object] = {"slot": slot, "confirmed": str(position)}
     if same and Lsn.parse(str(stored["confirmed"])) > position:
         record["confirmed"] = str(stored["confirmed"])
     if known is not None:
         record["system"] = str(known)
+    if on is not None:
+        record["timeline"] = int(on)
     write_json(stream_file(lake), record)
 
 

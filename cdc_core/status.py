@@ -22,10 +22,12 @@ from cdc_core.config import Config, Dsn, SourceConfig, with_tables
 from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, ConfigError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
+from cdc_core.lost_position import forked_history
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.metrics import last_batch
 from cdc_core.pg.connect import connect
 from cdc_core.pg.discover import discover
+from cdc_core.pg.history import current_timeline
 from cdc_core.pg.slot import system_identifier
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import staged_files
@@ -68,6 +70,7 @@ class SourceStatus:
     reachable: bool
     error: str | None = None
     system_identifier: str | None = None  # the cluster's (None: not shown to the role)
+    timeline: int | None = None  # the server's WAL timeline (a promoted standby starts one)
 
 
 @dataclass(frozen=True)
@@ -190,6 +193,10 @@ def gather_status(
         pending_files(lake, bronze.staged_end),
     )  # fmt: skip
     problems = _problems(status, read_json(stream_file(lake)))
+    forked = _forked(pipeline.source.dsn, lake, status.source)
+    if forked is not None:
+        problems.append(f"{forked}: the next run stops, or takes a new snapshot under "
+                        "snapshot.mode when_needed; see docs/runbooks.md, runbook 3")  # fmt: skip
     if snapshot_problem:
         problems.append(snapshot_problem)
     warnings = _warnings(status)
@@ -229,16 +236,16 @@ def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
     try:
         with connect(dsn) as conn:
             row = conn.execute(_SLOT_QUERY, (name,)).fetchone()
-            system = system_identifier(conn)
+            system, timeline = system_identifier(conn), current_timeline(conn)
     except CdcError as e:  # connect's TransientError already names the server
         return SourceStatus(False, str(e)), SlotStatus(name)
     except psycopg.Error as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return SourceStatus(False, f"cannot read {dsn.redacted}: {reason}"), SlotStatus(name)
     if row is None:
-        return SourceStatus(True, system_identifier=system), SlotStatus(name, exists=False)
+        return SourceStatus(True, None, system, timeline), SlotStatus(name, exists=False)
     active, pid, wal_status, confirmed, restart, retained, safe = row
-    return SourceStatus(True, system_identifier=system), SlotStatus(
+    return SourceStatus(True, None, system, timeline), SlotStatus(
         name, True, bool(active), _int(pid), _str(wal_status), _str(confirmed), _str(restart),
         _int(retained), _int(safe),
     )  # fmt: skip
@@ -325,6 +332,18 @@ def pending_files(lake: Lake, staged_end: str | None) -> PendingStatus:
         except FileNotFoundError:
             continue  # appended and removed by maintenance since the listing
     return PendingStatus(len(files), size)
+
+
+def _forked(dsn: Dsn, lake: Lake, source: SourceStatus) -> str | None:
+    """Why the lake's position is not in the source's WAL history (`forked_history`); None when
+    it is, or when that cannot be read: a status never fails on it."""
+    if not source.reachable:
+        return None
+    try:
+        return forked_history(dsn, lake, source.timeline)
+    except (CdcError, psycopg.Error) as e:
+        log.debug("the source's timeline history could not be read: %s", e)
+        return None
 
 
 def _problems(status: PipelineStatus, stored: object) -> list[str]:

@@ -190,18 +190,26 @@ def slot_state(conn: Connection, name: str) -> SlotState | None:
     )
 
 
+def refusable_value(conn: Connection, query: str) -> object | None:
+    """The first value of `query`'s row; None where the server does not let the role ask (some
+    managed services), or where the question does not apply (a standby has no WAL position)."""
+    try:
+        with conn.transaction():  # a savepoint inside a transaction: a refusal leaves it usable
+            row = conn.execute(query).fetchone()
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction,
+            psycopg.errors.FeatureNotSupported,
+            psycopg.errors.ObjectNotInPrerequisiteState):  # fmt: skip
+        return None
+    return None if row is None else row[0]
+
+
 def system_identifier(conn: Connection) -> str | None:
     """The database cluster's system identifier (`pg_control_system()`), which tells one
     cluster's WAL from another's: a physical standby, promoted or not, shares its primary's;
     `initdb`, `pg_upgrade` and a restored dump make a new one, whose LSNs are a history of
     their own. None where the server does not let the role read it (some managed services)."""
-    try:
-        with conn.transaction():  # a savepoint inside a transaction: a refusal leaves it usable
-            row = conn.execute("SELECT system_identifier::text FROM pg_control_system()").fetchone()
-    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction,
-            psycopg.errors.FeatureNotSupported):  # fmt: skip
-        return None
-    return None if row is None or row[0] is None else str(row[0])
+    value = refusable_value(conn, "SELECT system_identifier::text FROM pg_control_system()")
+    return None if value is None else str(value)
 
 
 def ensure_slot(

@@ -11,6 +11,7 @@ no change lost and none twice, the ones the old primary never sent included."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -22,14 +23,17 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from cdc_core.capture import capture
 from cdc_core.config import load_pipeline
-from cdc_core.errors import SetupError
+from cdc_core.errors import SetupError, TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import Totals
 from cdc_core.pg.local import LocalPostgres, free_port
 from cdc_core.pipeline import batch
-from cdc_core.state import read_json, stream_file
+from cdc_core.stager import staged_files
+from cdc_core.start import start
+from cdc_core.state import read_json, stream_file, write_json
 from tests.conftest import unavailable
 from tests.integration import pg_versions
 from tests.integration.conftest import PgServer, own_server
@@ -163,11 +167,12 @@ def primary17() -> Iterator[PgServer]:
 STANDBY_SLOT = "standby_1"
 
 
-def _syncing_standby_of(primary: LocalPostgres) -> LocalPostgres:
+def _syncing_standby_of(primary: LocalPostgres, *, waited_for: bool = True) -> LocalPostgres:
     """A streaming physical standby of `primary` that synchronizes failover slots (PostgreSQL
-    17), set up as the runbook says. The embedded builds have no pg_basebackup, so the standby
-    is a copy of the data directory taken while the primary is stopped, without its replication
-    slots (as pg_basebackup copies none); the primary starts again at once."""
+    17), set up as the runbook says (`waited_for=False`: but for synchronized_standby_slots).
+    The embedded builds have no pg_basebackup, so the standby is a copy of the data directory
+    taken while the primary is stopped, without its replication slots (as pg_basebackup copies
+    none); the primary starts again at once."""
     primary.stop()
     data_dir = primary.data_dir.parent / f"{primary.data_dir.name}-standby"
     subprocess.run(["cp", "-a", str(primary.data_dir), str(data_dir)], check=True)
@@ -184,9 +189,9 @@ def _syncing_standby_of(primary: LocalPostgres) -> LocalPostgres:
     primary.start()
     with psycopg.connect(primary.dsn(), autocommit=True) as conn:
         conn.execute("SELECT pg_create_physical_replication_slot(%s, true)", (STANDBY_SLOT,))
-        # the pipeline is never sent what the standby has not received
-        conn.execute(f"ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'")
-        conn.execute("SELECT pg_reload_conf()")
+        if waited_for:  # the pipeline is never sent what the standby has not received
+            conn.execute(f"ALTER SYSTEM SET synchronized_standby_slots = '{STANDBY_SLOT}'")
+            conn.execute("SELECT pg_reload_conf()")
     standby = LocalPostgres(data_dir, free_port(), primary.bindir)
     standby.start()
     return standby
@@ -229,18 +234,26 @@ def _run(p: Pipeline, spark: SparkSession) -> None:
     batch(spark, load_pipeline("p", "local", home=p.home), p.lake, Totals())
 
 
+def _initial_snapshot(
+    server: PgServer, name: str, tmp_path: Path, spark: SparkSession
+) -> tuple[LocalPostgres, str, Pipeline]:
+    """A database `name` with a table of 300 rows, and a pipeline with a failover slot that has
+    taken its initial snapshot; (the server's cluster, the database, the pipeline)."""
+    assert server.cluster is not None
+    db = server.create_database(name)
+    sql(server.dsn(db), "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 300) g")  # fmt: skip
+    p = make_pipeline(tmp_path, server.dsn(db), ["public.items"], snapshot="initial",
+                      source_extra="slot.failover: true\n")  # fmt: skip
+    _run(p, spark)
+    return server.cluster, db, p
+
+
 def test_a_failover_slot_carries_the_stream_to_a_promoted_standby_on_17(
     primary17: PgServer, tmp_path: Path, spark: SparkSession
 ) -> None:
-    old = primary17.cluster
-    assert old is not None
-    db = primary17.create_database("fo")
-    old_dsn = primary17.dsn(db)
-    sql(old_dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
-        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 300) g")  # fmt: skip
-    p = make_pipeline(tmp_path, old_dsn, ["public.items"], snapshot="initial",
-                      source_extra="slot.failover: true\n")  # fmt: skip
-    _run(p, spark)  # the initial snapshot; the slot is made a failover slot
+    old, db, p = _initial_snapshot(primary17, "fo", tmp_path, spark)
+    old_dsn = primary17.dsn(db)  # the initial snapshot; the slot is made a failover slot
     sql(old_dsn, "UPDATE items SET v = 'streamed' WHERE id <= 20")
     _run(p, spark)
 
@@ -289,3 +302,93 @@ def test_a_failover_slot_carries_the_stream_to_a_promoted_standby_on_17(
                        "on the new primary": 10}, updates  # fmt: skip
     assert bronze.where("op = 'd'").count() == 6
     assert bronze.where("op = 'c'").count() == 1
+
+
+def test_a_standby_promoted_before_the_lakes_position_stops_the_stream_on_17(
+    primary17: PgServer, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Without synchronized_standby_slots the old primary may send the pipeline changes its
+    standby never receives. The promoted standby's slot is behind the lake then, as after any
+    failover, but its history forked before the lake's position: the new primary's own changes
+    up to that position would be taken for staged already and skipped. The run stops instead,
+    cdc accept-lost-position refuses, and when_needed takes a new snapshot."""
+    old, db, p = _initial_snapshot(primary17, "fork", tmp_path, spark)
+    old_dsn = primary17.dsn(db)
+    standby = _syncing_standby_of(old, waited_for=False)
+    try:
+        _sync_slots(old, standby, p.slot, lambda: _run(p, spark))
+        standby.stop()  # it falls behind: asynchronous replication, nothing waits for it
+        sql(old_dsn, "UPDATE items SET v = 'only the old primary had it' WHERE id <= 50",
+            "CREATE TABLE filler AS SELECT g, repeat('x', 100) AS pad "
+            "FROM generate_series(1, 20000) g")  # not captured: moves the WAL on  # fmt: skip
+        _run(p, spark)  # the lake is past anything the standby has
+        old.stop("immediate")
+        standby.start()
+        standby._run(["pg_ctl", "promote", "-w", "-t", "60", "-D", str(standby.data_dir)])
+        new_dsn = primary17.dsn(db).replace(f"port={old.port}", f"port={standby.port}")
+        sql(new_dsn, "UPDATE items SET v = 'only the new primary has it' WHERE id > 290")
+        stored = read_json(stream_file(p.lake))
+        assert isinstance(stored, dict)
+        assert stored["timeline"] == 1
+        with psycopg.connect(new_dsn) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        assert row is not None
+        assert Lsn.parse(row[0]) < Lsn.parse(stored["confirmed"])  # it sorts before the lake
+        kept = _slot(new_dsn, p.slot)
+        assert kept is not None
+        assert Lsn.parse(kept[0]) <= Lsn.parse(stored["confirmed"])  # as after any failover
+
+        p.edit(f"port={old.port}", f"port={standby.port}")
+        with pytest.raises(TerminalError) as stopped:
+            _run(p, spark)
+        said = str(stopped.value)
+        assert said.startswith("pipeline p: the server is a standby promoted at "), said
+        assert "(timeline 1 to 2), before the lake's position" in said
+        assert "Set snapshot.mode: when_needed" in said
+        status = p.cdc("status", "--pipeline", "p", "--json")
+        problems = json.loads(status.stdout)["problems"]
+        assert any(x.startswith("the server is a standby promoted at") for x in problems), problems
+        accept = p.cdc("accept-lost-position", "--pipeline", "p")
+        assert accept.returncode == 1, accept.stdout + accept.stderr
+        assert "going on without a snapshot cannot bring the lake in line" in accept.stderr
+
+        p.edit("mode: initial", "mode: when_needed")
+        with pytest.raises(TerminalError) as behind:  # a new snapshot would sort before it too
+            _run(p, spark)
+        assert "the server is a standby promoted at" in str(behind.value)
+        assert "is behind the stored position" in str(behind.value)
+        sql(new_dsn, "CREATE TABLE filler2 AS SELECT g, repeat('y', 100) AS pad "
+            "FROM generate_series(1, 40000) g")  # fmt: skip
+        _run(p, spark)  # a new slot and a new snapshot
+        assert assert_mirror_equals_source(spark, p.lake, new_dsn, ITEMS) == 300
+        sql(new_dsn, "DELETE FROM items WHERE id = 1")
+        _run(p, spark)
+        assert assert_mirror_equals_source(spark, p.lake, new_dsn, ITEMS) == 299
+    finally:
+        standby.destroy()
+
+
+def test_capture_stops_before_it_reads_a_history_the_lake_is_not_in(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """The check each capture attempt makes before it reads (a reconnect may reach a promoted
+    standby, when an address moved to it), here against a lake recorded on a later timeline
+    than the server's: the old primary, pointed at again after a failover."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE t (id int PRIMARY KEY)")
+    p = make_pipeline(tmp_path, dsn, ["public.t"])
+    config = load_pipeline("p", "local", home=p.home)
+    start(config, p.lake)
+    stored = read_json(stream_file(p.lake))
+    assert isinstance(stored, dict)
+    assert stored["timeline"] == 1  # recorded with the position
+    sql(dsn, "INSERT INTO t VALUES (1)")
+    assert capture(config, p.lake).changes == 1
+    write_json(stream_file(p.lake), stored | {"timeline": 2})
+    sql(dsn, "INSERT INTO t VALUES (2)")
+    with pytest.raises(TerminalError) as stopped:
+        capture(config, p.lake)
+    assert str(stopped.value).startswith(
+        "pipeline p: the server is on timeline 1, older than timeline 2 the lake's position "
+    )
+    assert len(staged_files(p.lake.changes)) == 1  # nothing read from it

@@ -57,6 +57,21 @@ def test_the_cluster_a_position_was_recorded_on_is_kept_with_it(tmp_path: Path) 
     assert read_json(stream_file(lake)) == {"slot": "other", "confirmed": "0/1000"}
 
 
+def test_the_timeline_a_position_was_read_on_is_kept_with_it_and_follows_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """Each position is recorded with the timeline capture read it on; one that does not know
+    it keeps the record's; a later timeline (a failover in the position's history) replaces it,
+    even at the same position."""
+    lake = Lake(str(tmp_path))
+    record_confirmed(lake, "s", Lsn.parse("0/3000"), "77", 1)
+    record_confirmed(lake, "s", Lsn.parse("0/4000"))
+    stored = {"slot": "s", "confirmed": "0/4000", "system": "77", "timeline": 1}
+    assert read_json(stream_file(lake)) == stored
+    record_confirmed(lake, "s", Lsn.parse("0/4000"), timeline=2)
+    assert read_json(stream_file(lake)) == stored | {"timeline": 2}
+
+
 def _slot(confirmed: str, wal_status: str = "reserved") -> SlotState:
     return SlotState("s", Lsn.parse(confirmed), None, wal_status, None)
 
