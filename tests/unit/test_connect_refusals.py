@@ -1,7 +1,8 @@
 """Which connect failures retrying will not fix: the texts are what psycopg 3.3 / libpq 18 gave
 on a PostgreSQL 18 throwaway cluster (each with `sqlstate` None: libpq reports a failed connect
 as text), so the classifier is checked on the server's own words. "starting up" is the one
-not captured (PostgreSQL's wording, as `cdc_core.transient` has it)."""
+not captured (PostgreSQL's wording, as `cdc_core.transient` has it); PostgreSQL 13's is
+PostgreSQL 13.23's, which `tests/integration/test_pg_versions.py` meets for real."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ PERMANENT = {
     "NOLOGIN": AT + 'FATAL:  role "nologin" is not permitted to log in',
     "CONNECT revoked": AT + 'FATAL:  permission denied for database "noconn"\n'
     "DETAIL:  User does not have CONNECT privilege.",
+    "PostgreSQL 13": AT + 'FATAL:  unrecognized configuration parameter "idle_session_timeout"',
 }
 PASSING = {
     "server down": AT + "Connection refused\n\tIs the server running on that host and "
