@@ -88,8 +88,8 @@ def forked_history(dsn: Dsn, lake: Lake, timeline: int | None) -> str | None:
     later) is not in the WAL history of the source, on `timeline` now (`cdc_core.pg.history`):
     a standby promoted before that position. None when it is, or when a timeline is unknown."""
     stored = read_json(stream_file(lake))
-    if not isinstance(stored, dict) or stored.get("timeline") is None:
-        return None
+    if not isinstance(stored, dict) or stored.get("timeline") in (None, timeline):
+        return None  # the same history: no listing of the staged files (a LIST on S3)
     staged = staged_files(lake.changes)
     end = max(Lsn.parse(str(stored["confirmed"])), staged[-1].end if staged else Lsn(0))
     return forked_before(dsn, timeline, int(stored["timeline"]), end)
