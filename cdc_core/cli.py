@@ -1,5 +1,5 @@
-"""The `cdc` command: doctor, status, validate, snapshot requests, Debezium import, local
-PostgreSQL, demo, workload.
+"""The `cdc` command: doctor, status, validate, snapshot requests, retiring a pipeline, Debezium
+import, local PostgreSQL, demo, workload.
 
 Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
 75 transient, 1 anything else) and prints one clear line on stderr; `--debug` adds the
@@ -226,6 +226,26 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _retire(args: argparse.Namespace) -> int:
+    from cdc_core.config import load_pipeline
+    from cdc_core.lake import Lake
+    from cdc_core.retire import carry_out, plan
+    from cdc_core.run_lock import run_lock
+    from cdc_core.state import check_owner
+
+    config = load_pipeline(args.pipeline, args.env)
+    lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+    check_owner(lake, config.pipeline.name)
+    with run_lock(lake, config.pipeline.name):  # no run of the pipeline is under way meanwhile
+        planned = plan(config, lake, drop_publication=args.drop_publication)
+        print("\n".join(planned.lines()))
+        if not args.yes:
+            raise UsageError(f"cdc retire: nothing was changed; run it again with --yes to "
+                             f"retire pipeline {args.pipeline}")  # fmt: skip
+        print("\n".join(carry_out(config, lake, planned)))
+    return EXIT_OK
+
+
 def _validate(args: argparse.Namespace) -> int:
     from cdc_core.config import load_pipeline
     from cdc_core.identifiers import TableName
@@ -342,6 +362,27 @@ def _add_accept_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.set_defaults(run=_accept_lost_position)
 
 
+def _add_retire_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "retire",
+        help="take a pipeline out of service: drop its slot (and publication), keep its lake, "
+        "refuse later runs",
+    )
+    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
+    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p.add_argument(
+        "--drop-publication",
+        action="store_true",
+        help="drop the publication too (only if no other pipeline reads through it)",
+    )
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="do it; without it, show what would be dropped and lost (exit 2)",
+    )
+    p.set_defaults(run=_retire)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -375,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_snapshot)
 
     _add_accept_parser(sub)
+    _add_retire_parser(sub)
 
     p = sub.add_parser("validate", help="prove each silver mirror equals its source; data quality")
     p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")

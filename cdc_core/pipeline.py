@@ -54,7 +54,7 @@ from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import autoset_replica_identity
 from cdc_core.run_lock import run_lock
 from cdc_core.start import start, take_signals
-from cdc_core.state import check_owner
+from cdc_core.state import check_owner, refuse_retired
 from cdc_core.transient import transient_failures
 
 log = logging.getLogger("cdc_core.pipeline")
@@ -113,6 +113,7 @@ def run(config: Config, options: RunOptions) -> RunSummary:
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     with run_lock(lake, config.pipeline.name):  # held to the end, released even on failure
         check_owner(lake, config.pipeline.name, claim=True)
+        refuse_retired(lake, config.pipeline.name)
         return _run(config, lake, options)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,52 @@ def check_owner(lake: Lake, pipeline: str, *, claim: bool = False) -> None:
             f"would mix); give {pipeline!r} a root of its own. If it is {owner!r} renamed, "
             f"delete {owner_file(lake)} and run it again"
         )
+
+
+def retired_file(lake: Lake) -> Location:
+    """`cdc retire`'s record (`cdc_core.retire`): present, no run of the pipeline starts."""
+    return lake.state / "retired.json"
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """What `cdc retire` recorded: when, the slot, where the lake's stream stopped."""
+
+    at: str  # UTC, ISO-8601
+    slot: str
+    confirmed: str | None  # the slot's confirmed position when it was dropped
+    done: bool  # False: recorded, and the slot may not be dropped yet
+
+    def describe(self) -> str:
+        at = f" at {self.confirmed}" if self.confirmed else ""
+        if not self.done:
+            return (f"being retired since {self.at} (cdc retire was cut short: run it again "
+                    f"with --yes to finish dropping slot {self.slot})")  # fmt: skip
+        return f"retired at {self.at} by cdc retire (its slot {self.slot} dropped{at})"
+
+
+def retirement(lake: Lake) -> Retirement | None:
+    """The pipeline's retirement, or None when it was never retired."""
+    data = read_json(retired_file(lake))
+    if not isinstance(data, dict):
+        return None
+    confirmed = data.get("confirmed")
+    return Retirement(str(data.get("at", "?")), str(data.get("slot", "?")),
+                      None if confirmed is None else str(confirmed),
+                      bool(data.get("done", False)))  # fmt: skip
+
+
+def refuse_retired(lake: Lake, pipeline: str) -> None:
+    """Stop a run of a retired pipeline before it makes anything on the source."""
+    retired = retirement(lake)
+    if retired is None:
+        return
+    raise TerminalError(
+        f"pipeline {pipeline} was {retired.describe()}: its lake at {lake.root} is kept for "
+        "reading and no run starts, so that no new slot holds WAL for it. To run it again, "
+        f"delete {retired_file(lake)}; its stream position is gone, so the next run takes a "
+        "new snapshot under snapshot.mode when_needed or always (under initial it stops)"
+    )
 
 
 def mirror_owner(lake: Lake, mirror: str) -> str | None:

@@ -31,7 +31,14 @@ from cdc_core.pg.history import current_timeline
 from cdc_core.pg.slot import system_identifier
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import staged_files
-from cdc_core.state import known_tables_file, other_cluster, read_json, stream_file
+from cdc_core.state import (
+    Retirement,
+    known_tables_file,
+    other_cluster,
+    read_json,
+    retirement,
+    stream_file,
+)
 from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.status")
@@ -145,6 +152,7 @@ class PipelineStatus:
     pending: PendingStatus
     problems: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
+    retired: Retirement | None = None  # by cdc retire: no slot and no runs are expected
 
     @property
     def stale(self) -> bool:
@@ -192,6 +200,9 @@ def gather_status(
         idle_seconds(batch, now), stale_after_s, bronze, tables, snapshots,
         pending_files(lake, bronze.staged_end),
     )  # fmt: skip
+    retired = retirement(lake)
+    if retired is not None:
+        return replace(status, retired=retired, problems=tuple(_retired_problems(status, retired)))
     problems = _problems(status, read_json(stream_file(lake)))
     forked = _forked(pipeline.source.dsn, lake, status.source)
     if forked is not None:
@@ -346,6 +357,21 @@ def _forked(dsn: Dsn, lake: Lake, source: SourceStatus) -> str | None:
         return None
 
 
+def _retired_problems(status: PipelineStatus, retired: Retirement) -> list[str]:
+    """A retired pipeline has no slot and no runs: only a slot still there is a problem."""
+    command = f"cdc retire --pipeline {status.pipeline} --yes"
+    if not status.source.reachable:
+        return [f"source unreachable: {status.source.error}"]
+    if not retired.done:
+        return [f"pipeline {status.pipeline} is {retired.describe()}"]
+    if status.slot.exists:
+        return [
+            f"slot {status.slot.name} exists, though pipeline {status.pipeline} was "
+            f"{retired.describe()}: it holds WAL no run reads; drop it: {command}"
+        ]
+    return []
+
+
 def _problems(status: PipelineStatus, stored: object) -> list[str]:
     """`stored`: `_state/stream.json` (None before the first run)."""
     slot, problems, ran = status.slot, [], stored is not None
@@ -430,6 +456,7 @@ def format_status(status: PipelineStatus) -> str:
     """Labelled lines, then one aligned row per table, then problems (or `ok`)."""
     lines = [f"pipeline {status.pipeline} (env {status.env}) at {status.checked_at}",
              *_labelled("lake", [status.lake]),
+             *_labelled("retired", [status.retired.describe()] if status.retired else []),
              *_labelled("slot", _slot_lines(status)),
              *_labelled("last batch", _batch_lines(status)),
              *_labelled("bronze", [_bronze_line(status.bronze)]),
@@ -452,7 +479,7 @@ def _slot_lines(status: PipelineStatus) -> list[str]:
     if not status.source.reachable:
         return [f"{s.name}: unknown, the source is unreachable"]
     if not s.exists:
-        return [f"{s.name}: MISSING"]
+        return [f"{s.name}: dropped (retired)" if status.retired else f"{s.name}: MISSING"]
     active = f"active (pid {s.active_pid})" if s.active else "inactive"
     return [f"{s.name}: {active}, wal_status {s.wal_status or 'unknown'}",
             f"confirmed {s.confirmed_flush_lsn or '-'}, restart {s.restart_lsn or '-'}, "

@@ -77,7 +77,8 @@ KAFKA_GROUPS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 )  # fmt: skip
 
 UNSUPPORTED: Mapping[str, str] = {
-    "slot.drop.on.stop": "drop the slot by hand when the pipeline is retired",
+    "slot.drop.on.stop": "runs keep their slot between them; cdc retire drops it when the "
+    "pipeline is taken out of service",
     "slot.stream.params": "the product chooses pgoutput's options itself",
     "slot.max.retries": "capture.retries and capture.retry_backoff_s bound retries in a run",
     "slot.retry.delay.ms": "see capture.retry_backoff_s",

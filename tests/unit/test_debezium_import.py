@@ -208,7 +208,9 @@ def test_a_debezium_property_without_a_counterpart_is_reported_as_not_supported(
     code, out, _ = run(capsys, write_json(home, BASE | {"slot.drop.on.stop": "true"}))
     assert code == 0
     supported = out.split("not supported:\n")[1]
-    assert supported.startswith("  slot.drop.on.stop: drop the slot by hand")
+    assert supported.startswith(
+        "  slot.drop.on.stop: runs keep their slot between them; cdc retire"
+    )
     assert "unsupported 1, unknown 0" in out
 
 

@@ -28,6 +28,7 @@ from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import batches_file
 from cdc_core.stager import StagedFile
+from cdc_core.state import Retirement
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -354,13 +355,40 @@ def test_an_unreachable_source_exits_75_and_the_lake_is_still_shown() -> None:
     assert "problem: source unreachable: cannot connect to PostgreSQL at x: refused" in text
 
 
+def test_a_retired_pipeline_is_healthy_without_its_slot_and_its_runs() -> None:
+    """After cdc retire no slot and no run are expected; a slot made again is a problem (it pins
+    WAL nobody reads), and so is a retirement cut short before the slot was dropped."""
+    retired = Retirement("2025-06-01T12:00:00Z", "orders_cdc", "0/16B3748", done=True)
+    gone = sample(slot=st.SlotStatus("orders_cdc", exists=False), idle_s=9e6, retired=retired)
+
+    assert st._retired_problems(gone, retired) == []
+    assert gone.exit_code == 0
+    text = st.format_status(gone).splitlines()
+    assert text[2:4] == [
+        "retired     retired at 2025-06-01T12:00:00Z by cdc retire (its slot orders_cdc dropped "
+        "at 0/16B3748)",
+        "slot        orders_cdc: dropped (retired)",
+    ]
+    made_again = replace(gone, slot=sample().slot)
+    assert st._retired_problems(made_again, retired) == [
+        "slot orders_cdc exists, though pipeline orders was retired at 2025-06-01T12:00:00Z by "
+        "cdc retire (its slot orders_cdc dropped at 0/16B3748): it holds WAL no run reads; drop "
+        "it: cdc retire --pipeline orders --yes"
+    ]
+    cut_short = replace(retired, done=False)
+    assert st._retired_problems(made_again, cut_short) == [
+        "pipeline orders is being retired since 2025-06-01T12:00:00Z (cdc retire was cut short: "
+        "run it again with --yes to finish dropping slot orders_cdc)"
+    ]
+
+
 def test_the_json_form_has_stable_snake_case_keys() -> None:
     data = json.loads(st.format_json(sample()))
 
     assert list(data) == [
         "pipeline", "env", "checked_at", "lake", "source", "slot", "last_batch", "idle_s",
         "stale_after_s", "bronze", "tables", "snapshots", "pending", "problems", "warnings",
-        "stale", "healthy", "exit_code",
+        "retired", "stale", "healthy", "exit_code",
     ]  # fmt: skip
     assert data["slot"] == {
         "name": "orders_cdc", "exists": True, "active": False, "active_pid": None,
@@ -377,6 +405,7 @@ def test_the_json_form_has_stable_snake_case_keys() -> None:
     assert data["last_batch"]["freshness_max_s"] == 3.5
     assert data["pending"] == {"files": 2, "bytes": 3 * 1024 * 1024}
     assert (data["stale"], data["healthy"], data["exit_code"]) == (False, True, 0)
+    assert data["retired"] is None
 
 
 def write_pipeline(home: Path, source: str) -> None:
