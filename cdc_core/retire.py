@@ -143,15 +143,18 @@ def _unread(
     return (int(str(row[0])) if row else 0), None
 
 
-def in_use(slot: str, pid: int | None) -> TerminalError:
+def in_use(slot: str, pid: int | None, *, recorded: bool = False) -> TerminalError:
+    """`recorded`: the retirement is recorded already (runs are refused), the slot not dropped."""
     by = f"process {pid}" if pid is not None else "a process"
     end = (f"SELECT pg_terminate_backend({pid})" if pid is not None else
            f"SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE "
            f"slot_name = '{slot}'")  # fmt: skip
+    state = ("the retirement is recorded and runs are refused, but the slot is not dropped"
+             if recorded else "nothing was dropped")  # fmt: skip
     return TerminalError(
         f"slot {slot} is being read by {by}, not by a run of this pipeline on this lake (its "
-        f"run lock is free): stop that reader, or end its session with {end}, and run cdc "
-        "retire again; nothing was dropped"
+        f"run lock is held here): stop that reader, or end its session with {end}, and run "
+        f"cdc retire again; {state}"
     )
 
 
@@ -191,7 +194,7 @@ def _drop_slot(conn: Conn, name: str) -> None:
     except psycopg.errors.UndefinedObject:
         return  # dropped meanwhile
     except psycopg.errors.ObjectInUse as e:  # a reader attached after the plan looked
-        raise in_use(name, None) from e
+        raise in_use(name, None, recorded=True) from e
 
 
 def _drop_publication(conn: Conn, name: str) -> None:
