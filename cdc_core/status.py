@@ -18,7 +18,7 @@ from typing import Literal
 import psycopg
 
 from cdc_core import delta_log, dropped
-from cdc_core.config import Config, Dsn, SourceConfig, with_tables
+from cdc_core.config import ByteSize, Config, Dsn, SourceConfig, with_tables
 from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, ConfigError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -581,14 +581,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def _bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    size, unit = float(n), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            break
-        size /= 1024
-    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+    return "?" if n is None else ByteSize(n).readable()
 
 
 def _secs(value: float | None) -> str:

@@ -139,6 +139,15 @@ class ByteSize(int):
             raise ValueError(f"{text!r} is not a size (write bytes, or e.g. 64MiB, 512KB, 1GiB)")
         return cls(int(m.group(1)) * _BYTE_UNITS[unit])
 
+    def readable(self) -> str:
+        """`512 B`, `1.5 KiB`, `3.2 GiB`: one decimal in the largest binary unit below it."""
+        size, unit = float(self), "B"
+        for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+            if size < 1024 or unit == "TiB":
+                break
+            size /= 1024
+        return f"{int(self)} B" if unit == "B" else f"{size:.1f} {unit}"
+
 
 @dataclass(frozen=True)
 class Statements:
@@ -648,7 +657,8 @@ class SourceConfig:
         default=ByteSize(1 << 30),
         metadata=meta("WAL the server keeps for the slot (current WAL position less the "
                       "slot's restart_lsn) above which every batch logs a warning and `cdc "
-                      "status` shows one; 0: never"),
+                      "status` shows one; `cdc doctor` (and each run's start) warns of other "
+                      "slots no process reads now that keep more; 0: never"),
     )  # fmt: skip
     retained_wal_fail: ByteSize = field(
         default=ByteSize(0),

@@ -12,7 +12,7 @@ import yaml
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from cdc_core.config import Config, load_pipeline
+from cdc_core.config import ByteSize, Config, load_pipeline
 from cdc_core.errors import SetupError
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
@@ -105,7 +105,7 @@ def test_a_well_set_up_source_passes_every_check(pg: PgServer, shop: str, tmp_pa
     assert [c.name for c in report.checks] == [
         "connect", "server_version", "primary", "wal_level", "max_replication_slots",
         "max_wal_senders",
-        "replication_role", "replication_connection", "publication", "slot",
+        "replication_role", "replication_connection", "publication", "slot", "other_slots",
         "table public.customers", "table public.orders",
         "replica_identity public.customers", "replica_identity public.orders", "encoding",
     ]  # fmt: skip
@@ -513,6 +513,42 @@ def test_an_existing_pgoutput_slot_passes(pg: PgServer, shop: str, tmp_path: Pat
 
     assert check(report, "slot").detail == '"orders_cdc" exists: logical, pgoutput, inactive'
     assert check(report, "max_replication_slots").status == "pass"
+
+
+def test_idle_slots_that_keep_wal_are_a_warning_with_the_way_out(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    """A slot left by a retired pipeline or a test fills the source's disk as surely as the
+    pipeline's own: the doctor names those that keep more than source.retained_wal_warn."""
+    run(pg, shop, "SELECT pg_create_logical_replication_slot('left_behind', 'pgoutput');"
+        "SELECT pg_create_logical_replication_slot('orders_cdc', 'pgoutput')")  # fmt: skip
+    run(pg, shop, "INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 2000) g")
+    with psycopg.connect(pg.dsn(shop)) as conn:
+        row = conn.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint "
+            "FROM pg_replication_slots WHERE slot_name = 'left_behind'"
+        ).fetchone()
+    assert row is not None
+    kept = ByteSize(int(row[0]))
+    assert kept > 64 * 1024
+
+    low = make_config(tmp_path, pg.dsn(shop), sections={"source": {"retained_wal_warn": "64KiB"}})
+    result = check(run_doctor(low), "other_slots")
+
+    assert result.status == "warn"
+    assert result.detail == (  # the pipeline's own slot (orders_cdc) is the slot check's
+        "1 other idle slot (no process reads it now) keeps more than 64.0 KiB of WAL "
+        f'(source.retained_wal_warn): "left_behind" {kept.readable()} (logical, database '
+        f'"{shop}"); the server keeps that WAL until each is read or dropped'
+    )
+    assert result.fix is not None
+    assert "cdc retire --pipeline NAME --yes" in result.fix
+    assert "SELECT pg_drop_replication_slot('left_behind');" in result.fix
+    default = check(run_doctor(make_config(tmp_path, pg.dsn(shop))), "other_slots")
+    assert default.status == "pass"  # it keeps less than 1 GiB
+    assert default.detail == (
+        "no other idle slot keeps more than 1.0 GiB of WAL (source.retained_wal_warn)"
+    )
 
 
 def test_a_physical_slot_of_the_same_name_fails(pg: PgServer, shop: str, tmp_path: Path) -> None:

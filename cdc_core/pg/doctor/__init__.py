@@ -2,9 +2,9 @@
 
 `run_doctor` connects, gathers what the checks read once (`context.Context`), then runs the checks
 in the order of `_STEPS`, grouped in modules: the server's settings and encoding (`server`), the
-role (`role`), the publication (`publication`), the slot (`slot`), the configured tables and the
-signal table (`tables`), the tables' replica identity (`replica_identity`). `report` holds a
-check's line, the whole report and how it prints.
+role (`role`), the publication (`publication`), the slot and the other slots that keep WAL
+(`slot`), the configured tables and the signal table (`tables`), the tables' replica identity
+(`replica_identity`). `report` holds a check's line, the whole report and how it prints.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ _STEPS: tuple[tuple[str, Callable[[Context], Check | list[Check]]], ...] = (
     ("replication_connection", role.replication_connection),
     ("publication", publication.publication),
     ("slot", slot.slot),
+    ("other_slots", slot.other_slots),
     ("guardrail", tables.guardrail),
     ("tables", tables.tables),
     ("replica_identity", replica_identity.replica_identity),
