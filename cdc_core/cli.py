@@ -1,4 +1,6 @@
-"""The `cdc` command: doctor, status, validate, snapshot requests, retiring a pipeline, Debezium
+"""The `cdc` command: checking, watching and operating pipelines, and the local demo.
+
+Commands: doctor, status, validate, snapshot requests, accept-lost-position, retire, Debezium
 import, local PostgreSQL, demo, workload.
 
 Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
@@ -334,6 +336,17 @@ def _workload(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _pipeline_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, run: Command, summary: str
+) -> argparse.ArgumentParser:
+    """A command about one pipeline: `--pipeline NAME [--env ENV]`, then its own arguments."""
+    p = sub.add_parser(name, help=summary)
+    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
+    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p.set_defaults(run=run)
+    return p
+
+
 def _add_import_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "import-debezium", help="write a pipeline file from a Debezium connector configuration"
@@ -352,24 +365,19 @@ def _add_import_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _add_accept_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "accept-lost-position",
-        help="after a drain (writes stopped, e.g. for pg_upgrade): go on from a new slot "
-        "without a snapshot when the stored position is gone",
-    )
-    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
-    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
-    p.set_defaults(run=_accept_lost_position)
+    _pipeline_command(
+        sub, "accept-lost-position", _accept_lost_position,
+        "after a drain (writes stopped, e.g. for pg_upgrade): go on from a new slot without a "
+        "snapshot when the stored position is gone",
+    )  # fmt: skip
 
 
 def _add_retire_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "retire",
-        help="take a pipeline out of service: drop its slot (and publication), keep its lake, "
-        "refuse later runs",
-    )
-    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
-    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p = _pipeline_command(
+        sub, "retire", _retire,
+        "take a pipeline out of service: drop its slot (and publication), keep its lake, refuse "
+        "later runs",
+    )  # fmt: skip
     p.add_argument(
         "--drop-publication",
         action="store_true",
@@ -380,7 +388,6 @@ def _add_retire_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         action="store_true",
         help="do it; without it, show what would be dropped and lost (exit 2)",
     )
-    p.set_defaults(run=_retire)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -388,24 +395,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("doctor", help="check that the source is ready for a pipeline")
-    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
-    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
-    p.set_defaults(run=_doctor)
+    _pipeline_command(sub, "doctor", _doctor, "check that the source is ready for a pipeline")
 
-    p = sub.add_parser("status", help="slot, last batch, tables and pending work of a pipeline")
-    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
-    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p = _pipeline_command(
+        sub, "status", _status, "slot, last batch, tables and pending work of a pipeline"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object, for machines")
     p.add_argument(
         "--stale-after", type=seconds, default=3600.0, metavar="SECONDS",
         help="a pipeline whose last batch ended longer ago is stale (exit 1), default 3600",
     )  # fmt: skip
-    p.set_defaults(run=_status)
 
-    p = sub.add_parser("snapshot", help="request a snapshot of a table for the next run")
-    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
-    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p = _pipeline_command(
+        sub, "snapshot", _snapshot, "request a snapshot of a table for the next run"
+    )
     p.add_argument("--table", required=True, help="a captured table, schema.name")
     p.add_argument("--where", default=None, help="read only rows matching this SQL condition")
     p.add_argument(
@@ -413,14 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a blocking snapshot (Debezium's type=blocking) instead of incremental",
     )
-    p.set_defaults(run=_snapshot)
 
     _add_accept_parser(sub)
     _add_retire_parser(sub)
 
-    p = sub.add_parser("validate", help="prove each silver mirror equals its source; data quality")
-    p.add_argument("--pipeline", required=True, help="pipeline name (pipelines/NAME.yaml)")
-    p.add_argument("--env", default="local", help="environment (conf/ENV.yaml), default local")
+    p = _pipeline_command(
+        sub, "validate", _validate, "prove each silver mirror equals its source; data quality"
+    )
     p.add_argument("--table", action="append", metavar="T",
                    help="only this captured table, schema.name (repeatable)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object, for machines")
@@ -432,7 +434,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="differing keys listed per table (default 100)")  # fmt: skip
     p.add_argument("--no-quality", action="store_true",
                    help="skip the great-expectations suites (parity only)")  # fmt: skip
-    p.set_defaults(run=_validate)
 
     _add_import_parser(sub)
 
