@@ -155,7 +155,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     from cdc_core.pg.discover import discover
     from cdc_core.snapshot import condition_problem, load_jobs
     from cdc_core.start import request_snapshot
-    from cdc_core.state import check_owner
+    from cdc_core.state import check_owner, refuse_retired
 
     config = discover(load_pipeline(args.pipeline, args.env))
     tables = config.pipeline.source.tables
@@ -174,6 +174,7 @@ def _snapshot(args: argparse.Namespace) -> int:
             raise UsageError(f"cdc snapshot: {problem}")
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     check_owner(lake, config.pipeline.name)
+    refuse_retired(lake, config.pipeline.name)  # no run would read the request
     path = request_snapshot(
         lake,
         table,
@@ -199,12 +200,13 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
     from cdc_core.pg.history import current_timeline
     from cdc_core.pg.slot import slot_state, system_identifier
     from cdc_core.start import holds_position
-    from cdc_core.state import check_owner, read_json, stream_file
+    from cdc_core.state import check_owner, read_json, refuse_retired, stream_file
 
     config = load_pipeline(args.pipeline, args.env)
     source = config.pipeline.source
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     check_owner(lake, config.pipeline.name)
+    refuse_retired(lake, config.pipeline.name)  # no run would act on it
     stored = stored_position(lake)
     if stored is None:
         print(f"pipeline {args.pipeline} has no stored position yet: nothing to accept")

@@ -110,6 +110,10 @@ def test_retire_says_what_is_lost_then_drops_the_slot_and_refuses_later_runs(
     assert f"delete {retired_file(p.lake)}" in refused.stderr
     assert slot_row(dsn, p.slot) is None  # no new slot pins WAL
     assert stream_file(p.lake).read_text() == stored
+    for asked in (("snapshot", "--table", "public.items"), ("accept-lost-position",)):
+        request = p.cdc(asked[0], "--pipeline", "p", *asked[1:])  # no run would act on it
+        assert request.returncode == 1, request.stderr
+        assert "pipeline p was retired at" in request.stderr
 
     status = p.cdc("status", "--pipeline", "p", "--json")
     assert status.returncode == 0, status.stdout
