@@ -113,6 +113,19 @@ UNSUPPORTED: Mapping[str, str] = {
 _UNSUPPORTED_PREFIXES = ("driver.",
                          "snapshot.mode.configuration.based.", "guardrail.",
                          "post.processors.")  # fmt: skip
+_BASED = "snapshot.mode.configuration.based."
+_BASED_FLAGS = ("snapshot.data", "start.stream", "snapshot.on.data.error", "snapshot.schema",
+                "snapshot.on.schema.error")  # fmt: skip
+# configuration_based's flags (snapshot.data, start.stream, snapshot.on.data.error) as the mode
+# that behaves the same; the schema flags have nothing to act on (no schema history here)
+_CONFIGURED_MODES = {(True, True, False): "always", (True, True, True): "always",
+                     (False, True, False): "no_data"}  # fmt: skip
+_NO_CONFIGURED_MODE = {
+    (False, True, True): "a stream without a first snapshot that re-snapshots when its position "
+    "is lost: when_needed also snapshots at the first start, no_data never does",
+    (True, False): "a snapshot at every start without a stream: initial_only snapshots once",
+    (False, False): "neither a snapshot nor a stream: the connector would do nothing",
+}
 
 
 @dataclass(frozen=True)
@@ -199,11 +212,50 @@ def translate(props: Mapping[str, str], shown: str, name: str | None = None) -> 
         out.mapped.append(("plugin.name", "pgoutput, the only plug-in decoded here"))
     _name_props(props, out, name_prop, done)
     _select_overrides(props, out, done, shown)
+    props = _configuration_based(props, out, done, shown)
     _carry(props, out, done, shown)
     _defaults_that_differ(props, out)
     out.data["target"] = {"root": f"${{LAKE_ROOT:-./lake}}/{out.name}"}
     out.data = {k: v for k, v in out.data.items() if v}
     return out
+
+
+def _configuration_based(
+    props: Mapping[str, str], out: Imported, done: set[str], shown: str
+) -> Mapping[str, str]:
+    """`snapshot.mode: configuration_based` as the mode its flags describe (Debezium snapshots
+    at every start when snapshot.data is set, whatever is stored); flags no mode here matches are
+    refused, naming the closest."""
+    if props.get("snapshot.mode", "").strip() != "configuration_based":
+        return props
+    flags = {f: _flag(props, f, shown) for f in _BASED_FLAGS}
+    data, stream, on_error = (flags[f] for f in _BASED_FLAGS[:3])
+    mode = _CONFIGURED_MODES.get((data, stream, on_error))
+    said = (f"snapshot.data {str(data).lower()}, start.stream {str(stream).lower()}, "
+            f"snapshot.on.data.error {str(on_error).lower()}")  # fmt: skip
+    if mode is None:
+        why = _NO_CONFIGURED_MODE.get((data, stream, on_error)) or _NO_CONFIGURED_MODE[
+            (data, stream)]  # fmt: skip
+        allowed = ", ".join(typing.get_args(SnapshotMode))
+        raise ConfigError(shown, "snapshot.mode", f"configuration_based with {said} is {why}: "
+                          f"choose one of {allowed} and import again")  # fmt: skip
+    given = sorted(p for p in props if p.startswith(_BASED))
+    done.update(given)
+    if given:
+        out.mapped.append((", ".join(given), f"snapshot.mode {mode}"))
+    note = f"snapshot.mode 'configuration_based' ({said}) behaves as {mode}: written as {mode}"
+    if flags["snapshot.schema"] or flags["snapshot.on.schema.error"]:
+        note += ("; its schema flags have no counterpart (no schema history: every change "
+                 "carries its table's columns)")  # fmt: skip
+    out.notes.append(note)
+    return {**props, "snapshot.mode": mode}
+
+
+def _flag(props: Mapping[str, str], flag: str, shown: str) -> bool:
+    text = props.get(_BASED + flag, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(shown, _BASED + flag, f"{text!r} is not true or false")
+    return text == "true"
 
 
 def _renamed(props: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -464,7 +516,7 @@ def _snapshot_mode(text: str, out: Imported, shown: str) -> str:
                          f"written as {aliases[text]}")  # fmt: skip
         return str(aliases[text])
     allowed = typing.get_args(SnapshotMode)
-    if text in ("custom", "configuration_based", "recovery", "schema_only_recovery"):
+    if text in ("custom", "recovery", "schema_only_recovery"):
         raise ConfigError(shown, "snapshot.mode", f"{text!r} has no counterpart here: choose "
                           f"one of {', '.join(allowed)} and import again")  # fmt: skip
     return text

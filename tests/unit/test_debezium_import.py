@@ -250,6 +250,66 @@ def test_snapshot_modes_map_and_deprecated_ones_are_renamed(
     assert err.startswith("error: connector.json: snapshot.mode: 'custom' has no counterpart")
 
 
+BASED = "snapshot.mode.configuration.based."
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode"),
+    [
+        ({"snapshot.data": "true", "start.stream": "true"}, "always"),
+        ({"snapshot.data": "true", "start.stream": "TRUE", "snapshot.on.data.error": "true"},
+         "always"),
+        ({"start.stream": "true"}, "no_data"),
+        ({"start.stream": "true", "snapshot.on.data.error": "false"}, "no_data"),
+    ],
+)  # fmt: skip
+def test_configuration_based_is_written_as_the_mode_its_flags_describe(
+    home: Path, capsys: pytest.CaptureFixture[str], flags: dict[str, str], mode: str
+) -> None:
+    """Debezium's configuration_based snapshots at every start when snapshot.data is set,
+    whatever is stored, and streams when start.stream is: always and no_data do the same."""
+    props = (
+        BASE | {"snapshot.mode": "configuration_based"} | {BASED + k: v for k, v in flags.items()}
+    )
+
+    code, out, _ = run(capsys, write_json(home, props))
+
+    assert code == 0, out
+    assert pipeline_data(home)["snapshot"] == {"mode": mode}
+    assert f"behaves as {mode}: written as {mode}" in out
+    assert "unsupported 0, unknown 0" in out
+    loaded = load_pipeline("shop", home=home, environ={"SHOP_PG_PASSWORD": "x"})
+    assert loaded.pipeline.snapshot.mode == mode
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        ({"start.stream": "true", "snapshot.on.data.error": "true"},
+         "a stream without a first snapshot that re-snapshots when its position is lost"),
+        ({"snapshot.data": "true"}, "a snapshot at every start without a stream"),
+        ({}, "neither a snapshot nor a stream"),
+    ],
+)  # fmt: skip
+def test_configuration_based_flags_no_mode_matches_are_refused_naming_the_closest(
+    home: Path, capsys: pytest.CaptureFixture[str], flags: dict[str, str], why: str
+) -> None:
+    props = (
+        BASE | {"snapshot.mode": "configuration_based"} | {BASED + k: v for k, v in flags.items()}
+    )
+
+    code, _, err = run(capsys, write_json(home, props))
+
+    assert code == 2
+    assert err.startswith("error: connector.json: snapshot.mode: configuration_based with ")
+    assert why in err
+    assert not (home / "pipelines").exists()
+    bad = BASE | {"snapshot.mode": "configuration_based", BASED + "start.stream": "yes"}
+    code, _, err = run(capsys, write_json(home, bad))
+    assert code == 2
+    assert err.startswith(f"error: connector.json: {BASED}start.stream: 'yes' is not true or false")
+
+
 def test_time_precision_mode_nanoseconds_is_imported_and_loads(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
