@@ -25,17 +25,17 @@ from psycopg import sql
 from cdc_core.config import Config, SourceConfig
 from cdc_core.errors import TerminalError
 from cdc_core.lake import Lake
+from cdc_core.lost_position import stored_position
 from cdc_core.lsn import Lsn
 from cdc_core.pg.catalog import publication_info
 from cdc_core.pg.connect import connect
+from cdc_core.pg.replication import publication_names
 from cdc_core.pg.slot import SlotState, slot_state
 from cdc_core.stager import staged_files
 from cdc_core.state import (
     Retirement,
-    read_json,
     retired_file,
     retirement,
-    stream_file,
     write_json,
 )
 from cdc_core.status import BRONZE_WATERMARK, PendingStatus, pending_files, table_status
@@ -132,7 +132,7 @@ def _unread(
     publication = source.publication
     if slot.wal_status == "lost":
         return None, "the slot lost its WAL"
-    name = '"' + publication.replace('"', '""') + '"'  # one identifier, as pgoutput parses it
+    name = publication_names(publication)
     try:
         with conn.transaction():
             row = conn.execute(_UNREAD, (slot.name, name, str(staged_end))).fetchone()
@@ -162,7 +162,8 @@ def carry_out(config: Config, lake: Lake, planned: Plan) -> list[str]:
     """Record the retirement, then drop what `planned` says; what was done, one line each."""
     source = config.pipeline.source
     slot = planned.slot
-    confirmed = str(slot.confirmed_flush) if slot is not None else _kept_position(lake)
+    kept = slot.confirmed_flush if slot is not None else stored_position(lake)
+    confirmed = None if kept is None else str(kept)
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     earlier = planned.retired
     if earlier is not None:  # finishing one cut short, or run again: the first record stands
@@ -181,11 +182,6 @@ def carry_out(config: Config, lake: Lake, planned: Plan) -> list[str]:
     done.append(f"pipeline {config.pipeline.name} retired ({retired_file(lake)}); its lake at "
                 f"{lake.root} is kept")  # fmt: skip
     return done
-
-
-def _kept_position(lake: Lake) -> str | None:
-    stored = read_json(stream_file(lake))
-    return str(stored["confirmed"]) if isinstance(stored, dict) and "confirmed" in stored else None
 
 
 def _drop_slot(conn: Conn, name: str) -> None:

@@ -24,6 +24,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
 from cdc_core.pg.catalog import own_rows
 from cdc_core.pg.connect import connect
+from cdc_core.pg.replication import publication_names
 from cdc_core.pgtypes import ColumnType
 from cdc_core.snapshot import catalog_descriptor
 from cdc_core.validate_encoding import RAW_FORMS, SHOWN_CHARS, PgForm, TextStep
@@ -357,7 +358,7 @@ def uncaptured_changes(
     """Changes of a table in the WAL the slot has not confirmed yet, up to `upto` (a snapshot's
     position): a peek, bounded by `upto`, that moves nothing. None when the slot is in use (an
     ingest is reading it: it is never taken from a running pipeline) or missing."""
-    name = '"' + publication.replace('"', '""') + '"'  # one identifier, as pgoutput parses it
+    name = publication_names(publication)
     try:
         with connect(dsn, bounded=False) as conn:  # cdc validate's reads are as big as the data
             row = conn.execute(_UNCAPTURED, (slot, str(upto), name, table_oid)).fetchone()

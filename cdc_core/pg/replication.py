@@ -94,9 +94,15 @@ def _missing_publication(error: psycopg.Error, slot: str, publication: str) -> T
     return publication_missing(slot, publication, _server_said(error))
 
 
+def publication_names(publication: str) -> str:
+    """pgoutput's `publication_names` option naming the one publication `publication`: a list
+    pgoutput splits on commas, so the name is quoted as one identifier."""
+    return '"' + publication.replace('"', '""') + '"'
+
+
 def _options(publication: str) -> list[str]:
     """pgoutput options as name, value pairs (protocol 1: whole transactions after commit)."""
-    names = '"' + publication.replace('"', '""') + '"'  # one identifier, as pgoutput parses it
+    names = publication_names(publication)
     return ["proto_version", "1", "publication_names", names, "messages", "true"]
 
 

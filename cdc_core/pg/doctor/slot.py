@@ -41,12 +41,12 @@ def slot(ctx: Context) -> Check:
 # Slots no process reads, with the WAL each keeps (from its restart_lsn to the server's WAL
 # position: the replay position on a standby, which has no current one)
 _IDLE_SLOTS = """
-SELECT slot_name::text, slot_type, database::text, wal_status,
+SELECT slot_name::text, slot_type, database::text,
        pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
                             ELSE pg_current_wal_lsn() END, restart_lsn)::bigint
 FROM pg_replication_slots
 WHERE NOT active AND slot_name <> %s AND restart_lsn IS NOT NULL
-ORDER BY 5 DESC, 1
+ORDER BY 4 DESC, 1
 """
 
 _LISTED = 5  # idle slots named in the warning; the rest are counted
@@ -60,14 +60,14 @@ def other_slots(ctx: Context) -> Check:
     if not limit:
         return Check("other_slots", "pass", "not checked (source.retained_wal_warn is 0)")
     rows = ctx.conn.execute(_IDLE_SLOTS, (ctx.source.slot,)).fetchall()
-    held = [(str(n), str(t), d, w, int(str(b))) for n, t, d, w, b in rows if int(str(b)) > limit]
+    held = [(str(n), str(t), d, int(str(b))) for n, t, d, b in rows if int(str(b)) > limit]
     over = f"more than {limit.readable()} of WAL (source.retained_wal_warn)"
     if not held:
         return Check("other_slots", "pass", f"no other idle slot keeps {over}")
     named = [
         f"{quoted(name)} {ByteSize(size).readable()} ({kind}"
         + (f", database {quoted(database)}" if database else "") + ")"
-        for name, kind, database, _, size in held[:_LISTED]
+        for name, kind, database, size in held[:_LISTED]
     ]  # fmt: skip
     more = f" and {len(held) - _LISTED} more" if len(held) > _LISTED else ""
     some = ("1 other idle slot (no process reads it now) keeps" if len(held) == 1 else
