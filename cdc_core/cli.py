@@ -25,6 +25,7 @@ from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CdcError, UsageEr
 
 if TYPE_CHECKING:
     from cdc_core.config import Config
+    from cdc_core.pg.doctor import Check
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -94,12 +95,41 @@ def configure_logging(debug: bool = False) -> None:
 
 def _doctor(args: argparse.Namespace) -> int:
     from cdc_core.config import load_pipeline
-    from cdc_core.pg.doctor import format_report, run_doctor
+    from cdc_core.pg.doctor import DoctorReport, format_report, run_doctor
 
     config = load_pipeline(args.pipeline, args.env)
     report = run_doctor(_with_dropped(config))
+    retired = _retired_check(config)
+    if retired is not None:  # the source may be fine; the pipeline still runs no more
+        report = DoctorReport((retired, *report.checks))
     print(format_report(report, color=sys.stdout.isatty()))
     return EXIT_OK if report.ok else EXIT_USAGE
+
+
+def _retired_check(config: Config) -> Check | None:
+    """A failed line when `cdc retire` took the pipeline out of service (every run is refused
+    then); None when it did not, or when the lake cannot be read (a run would say why)."""
+    from cdc_core.lake import Lake
+    from cdc_core.pg.doctor import Check
+    from cdc_core.state import retired_file, retirement
+
+    try:
+        lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
+        retired = retirement(lake)
+    except (CdcError, OSError, ValueError) as e:
+        logging.getLogger("cdc_core.cli").debug("the lake's retirement not read: %s", e)
+        return None
+    if retired is None:
+        return None
+    name = config.pipeline.name
+    if not retired.done:
+        fix = (f"cdc retire --pipeline {name} --yes finishes it; to keep the pipeline instead, "
+               f"delete {retired_file(lake)}")  # fmt: skip
+        return Check("retired", "fail", f"the pipeline is {retired.describe()}", fix)
+    fix = (f"runs are refused; to run it again, delete {retired_file(lake)} (its stream "
+           "position is gone: a new snapshot follows under snapshot.mode when_needed or "
+           "always)")  # fmt: skip
+    return Check("retired", "fail", f"the pipeline was {retired.describe()}", fix)
 
 
 def _with_dropped(config: Config) -> Config:

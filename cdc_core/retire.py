@@ -120,7 +120,7 @@ def plan(config: Config, lake: Lake, *, drop_publication: bool) -> Plan:
         )
         exists = publication_info(conn, source.publication) is not None
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
-    pending = pending_files(lake, bronze.staged_end)
+    pending = pending_files(lake, bronze.staged_end, staged)
     return Plan(config.pipeline.name, source.slot, slot, unread, unread_error, pending,
                 source.publication, exists, drop_publication, retirement(lake))  # fmt: skip
 

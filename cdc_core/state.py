@@ -118,6 +118,13 @@ def refuse_retired(lake: Lake, pipeline: str) -> None:
     retired = retirement(lake)
     if retired is None:
         return
+    if not retired.done:  # the slot may still be there, and with it the stream position
+        raise TerminalError(
+            f"pipeline {pipeline} is {retired.describe()}; no run starts until it is settled. "
+            f"To keep the pipeline instead, delete {retired_file(lake)}: if its slot is still "
+            "there, the next run streams on from it; if not, it takes a new snapshot under "
+            "snapshot.mode when_needed or always (under initial it stops)"
+        )
     raise TerminalError(
         f"pipeline {pipeline} was {retired.describe()}: its lake at {lake.root} is kept for "
         "reading and no run starts, so that no new slot holds WAL for it. To run it again, "

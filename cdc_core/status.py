@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Literal
@@ -30,7 +31,7 @@ from cdc_core.pg.discover import discover
 from cdc_core.pg.history import current_timeline
 from cdc_core.pg.slot import system_identifier
 from cdc_core.snapshot import load_jobs
-from cdc_core.stager import staged_files
+from cdc_core.stager import StagedFile, staged_files
 from cdc_core.state import (
     Retirement,
     known_tables_file,
@@ -332,10 +333,14 @@ def read_snapshots(lake: Lake) -> tuple[tuple[SnapshotStatus, ...], str | None]:
     return tuple(found), None
 
 
-def pending_files(lake: Lake, staged_end: str | None) -> PendingStatus:
-    """Staged files past bronze's watermark: captured, not yet in bronze."""
+def pending_files(
+    lake: Lake, staged_end: str | None, staged: Sequence[StagedFile] | None = None
+) -> PendingStatus:
+    """Staged files past bronze's watermark: captured, not yet in bronze. `staged`: the
+    listing, when the caller has it already."""
     end = Lsn.parse(staged_end) if staged_end else ZERO
-    files = [f for f in staged_files(lake.changes) if f.end > end]
+    listed = staged_files(lake.changes) if staged is None else staged
+    files = [f for f in listed if f.end > end]
     size = 0
     for f in files:
         try:

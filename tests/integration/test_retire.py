@@ -123,6 +123,10 @@ def test_retire_says_what_is_lost_then_drops_the_slot_and_refuses_later_runs(
     plain = p.cdc("status", "--pipeline", "p")
     assert plain.returncode == 0, plain.stdout
     assert f"{p.slot}: dropped (retired)" in plain.stdout
+    doctor = p.cdc("doctor", "--pipeline", "p")  # the source is fine; the pipeline runs no more
+    assert doctor.returncode == 2, doctor.stdout
+    assert doctor.stdout.startswith("FAIL  retired"), doctor.stdout
+    assert f"to run it again, delete {retired_file(p.lake)}" in doctor.stdout
 
     # someone makes the slot again: it holds WAL nobody reads, which status calls a problem
     sql(dsn, f"SELECT pg_create_logical_replication_slot('{p.slot}', 'pgoutput')")

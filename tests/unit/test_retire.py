@@ -70,3 +70,19 @@ def test_a_run_of_a_retired_pipeline_is_refused_with_the_way_back(tmp_path: Path
         f"{retired_file(lake)}; its stream position is gone, so the next run takes a new "
         "snapshot under snapshot.mode when_needed or always (under initial it stops)"
     )
+
+
+def test_a_retirement_cut_short_does_not_say_the_position_is_gone(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path / "lake"))
+    write_json(retired_file(lake), {"at": "2026-11-29T08:00:00Z", "slot": "orders_cdc",
+                                    "confirmed": "0/16B3748", "done": False})  # fmt: skip
+
+    with pytest.raises(TerminalError) as refused:
+        refuse_retired(lake, "orders")
+    assert str(refused.value) == (
+        "pipeline orders is being retired since 2026-11-29T08:00:00Z (cdc retire was cut short: "
+        "run it again with --yes to finish dropping slot orders_cdc); no run starts until it is "
+        f"settled. To keep the pipeline instead, delete {retired_file(lake)}: if its slot is "
+        "still there, the next run streams on from it; if not, it takes a new snapshot under "
+        "snapshot.mode when_needed or always (under initial it stops)"
+    )
