@@ -36,9 +36,14 @@ class UsageError(CdcError):
 
 
 class TransientError(CdcError):
-    """A failure that may pass by itself (lost connection, server restart): safe to retry."""
+    """A failure that may pass by itself (lost connection, server restart): safe to retry.
+    `sqlstate`: the source's, when the failure is one of its errors."""
 
     exit_code = EXIT_TRANSIENT
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 class TerminalError(CdcError):

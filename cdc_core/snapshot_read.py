@@ -55,6 +55,7 @@ from cdc_core.pg.connect import VALUE_OPTIONS, connect, session_init
 from cdc_core.snapshot import SnapshotJob, TableSnapshot, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken
+from cdc_core.transient import as_transient
 
 log = logging.getLogger("cdc_core.snapshot")
 
@@ -308,15 +309,55 @@ def shared_snapshot(dsn: Dsn) -> Iterator[SharedSnapshot]:
         holder.close()  # ends the transaction, and with it the exported snapshot
 
 
+# How long a chunk reader waits for its table's ACCESS SHARE lock. The coordinator holds that
+# lock already, so a reader waits only behind a conflicting request queued since (an ALTER
+# TABLE, a TRUNCATE, a VACUUM FULL), which waits for the coordinator, which waits for the
+# readers: a wait no side ends, while every other session of the application queues behind
+# the DDL. The window gives way instead: it ends, the DDL goes first, and the group is read
+# again under a new snapshot, with the columns the table has then.
+READER_LOCK_WAIT_MS = 1000
+_GIVE_WAY_ATTEMPTS = 5
+
+
+class _GaveWayError(Exception):
+    """A group's readers found a lock request queued behind its coordinator's lock."""
+
+
 def read_group(
     spark: SparkSession, lake: Lake, dsn: Dsn, read: GroupRead, *, catch_up: CatchUp | None,
     lock_timeout_ms: int = 10_000, shared: SharedSnapshot | None = None,
 ) -> tuple[ReadView, int, RelationDescriptor]:  # fmt: skip
     """Read the group's chunks under one snapshot and append them to bronze; (view, rows, the
     table's shape as read). `catch_up`: the pipeline streams, and the read is reconciled with
-    it (None: no stream). `shared`: the snapshot to read under instead of one of its own."""
+    it (None: no stream). `shared`: the snapshot to read under instead of one of its own. A
+    read that a queued DDL would deadlock with gives way to it and starts again."""
+    for attempt in range(1, _GIVE_WAY_ATTEMPTS + 1):
+        try:
+            return _read_group(spark, lake, dsn, read, catch_up=catch_up,
+                               lock_timeout_ms=lock_timeout_ms, shared=shared)  # fmt: skip
+        except _GaveWayError as e:
+            if attempt == _GIVE_WAY_ATTEMPTS:
+                raise TransientError(
+                    f"snapshot of {read.table}: group {read.group + 1} gave way {attempt} times "
+                    "to a lock request queued behind its read (an ALTER TABLE, TRUNCATE or "
+                    f"VACUUM FULL of the table, or a LOCK TABLE): {e}; the next run reads it "
+                    "again", sqlstate="55P03",
+                ) from e  # fmt: skip
+            log.warning("snapshot of %s: a lock request (an ALTER TABLE, TRUNCATE, VACUUM FULL "
+                        "or LOCK TABLE) queued behind group %d's read; the read gave way to it "
+                        "and starts again (attempt %d of %d)", read.table, read.group + 1,
+                        attempt + 1, _GIVE_WAY_ATTEMPTS)  # fmt: skip
+            time.sleep(min(0.5 * 2**attempt, 8.0))
+    raise AssertionError("unreachable")
+
+
+def _read_group(
+    spark: SparkSession, lake: Lake, dsn: Dsn, read: GroupRead, *, catch_up: CatchUp | None,
+    lock_timeout_ms: int, shared: SharedSnapshot | None,
+) -> tuple[ReadView, int, RelationDescriptor]:  # fmt: skip
     coordinator = connect(dsn, values=True)
     url, props = jdbc_target(dsn, coordinator.info)  # the server the coordinator reached
+    props["options"] = f"{props['options']} -c lock_timeout={READER_LOCK_WAIT_MS}"
     if "password" not in props and coordinator.info.password:  # from PGPASSWORD or a passfile:
         props["password"] = coordinator.info.password  # libpq found it, JDBC would not
     try:
@@ -347,14 +388,15 @@ def read_group(
             "fetchsize": str(read.fetch_size),
         }
         source = _source(read, coordinator)
-        frames = [
-            spark.read.jdbc(
-                url,
-                f"({_chunk_query(read, c, source, coordinator)}) AS cdc_chunk",
-                properties=props,
-            )
-            for c in read.chunks
-        ]
+        with _giving_way():  # Spark resolves each chunk's columns here, on a reader's session
+            frames = [
+                spark.read.jdbc(
+                    url,
+                    f"({_chunk_query(read, c, source, coordinator)}) AS cdc_chunk",
+                    properties=props,
+                )
+                for c in read.chunks
+            ]
         rows = _union(frames)
         if plan is not None and plan.transforms:  # values rewritten before anything lands
             rows = _transformed(rows, plan)
@@ -374,7 +416,7 @@ def read_group(
             "position": view.position.value,
             STAGED_END: str(applied_end(spark, lake)),
         }  # kept in reach of the history depth
-        with committing(spark, metadata):
+        with committing(spark, metadata), _giving_way():  # the chunks are read here
             (
                 rows.write.format("delta").mode("append")
                 .option("txnAppId", read.app_id).option("txnVersion", read.group)
@@ -386,6 +428,18 @@ def read_group(
     finally:
         coordinator.close()  # ends the transaction, and with it the exported snapshot
     return view, count, shape
+
+
+@contextlib.contextmanager
+def _giving_way() -> Iterator[None]:
+    """A chunk reader's lock wait (`READER_LOCK_WAIT_MS`) as `_GaveWayError`; the rest as it is."""
+    try:
+        yield
+    except Exception as e:
+        mapped = as_transient(e)
+        if mapped is not None and mapped.sqlstate == "55P03":
+            raise _GaveWayError(str(mapped)) from e
+        raise
 
 
 def _take_snapshot(

@@ -105,7 +105,7 @@ def _describe(state: str | None, text: str, *, via: str = "") -> TransientError 
         return None
     first = text.strip().splitlines()[0] if text.strip() else "no message"
     code = f" [SQLSTATE {state}]" if state else ""
-    return TransientError(f"{hint}: {via}{first}{code}; {_RETRY}")
+    return TransientError(f"{hint}: {via}{first}{code}; {_RETRY}", sqlstate=state or None)
 
 
 def _from_psycopg(error: psycopg.Error) -> TransientError | None:

@@ -84,7 +84,8 @@ UNSUPPORTED: Mapping[str, str] = {
     "slot.retry.delay.ms": "see capture.retry_backoff_s",
     "database.autosave": "pgjdbc's savepoints: JDBC here runs single snapshot SELECTs",
     "status.update.interval.ms": "standby status updates are sent as the stream needs them",
-    "include.unknown.datatypes": "",
+    "include.unknown.datatypes": "always on: a type with no mapping (an extension's) is kept as "
+    "its text, a string in silver (docs/type-mapping.md)",
     "schema.refresh.mode": "every Relation message refreshes the schema",
     "snapshot.isolation.mode": "snapshots read under an exported REPEATABLE READ snapshot",
     "snapshot.locking.mode": "snapshot chunks take ACCESS SHARE locks",
@@ -97,10 +98,12 @@ UNSUPPORTED: Mapping[str, str] = {
     "snapshot.new.tables": "a table added to source.tables is snapshotted by itself",
     "flush.lsn.source": "the slot is confirmed once changes are durably staged",
     "publish.via.partition.root": "always on: a partitioned table streams into one mirror",
-    "xmin.fetch.interval.ms": "",
+    "xmin.fetch.interval.ms": "source.xmin stays null, as under Debezium's default (0); cdc "
+    "status shows the slot",
     "read.only": "watermarks are logical messages written on the source: use the primary",
     "incremental.snapshot.watermarking.strategy": "watermarks are logical messages, no rows",
-    "incremental.snapshot.allow.schema.changes": "",
+    "incremental.snapshot.allow.schema.changes": "always on: each window reads the columns the "
+    "table has under its lock, and gives way to DDL queued behind it",
     "schema.name.adjustment.mode": "mirror names are PostgreSQL's",
     "field.name.adjustment.mode": "column names are PostgreSQL's",
     "sanitize.field.names": "column names are PostgreSQL's",

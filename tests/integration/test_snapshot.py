@@ -410,6 +410,54 @@ def test_incremental_snapshot_by_signal_under_workload(
     assert len(load_jobs(p.lake)) == 1, "a processed signal is not carried out twice"
 
 
+def test_columns_added_dropped_and_widened_in_the_middle_of_an_incremental_snapshot(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Debezium's `incremental.snapshot.allow.schema.changes`, always on here: each window reads
+    the columns the table has under its lock, so DDL while a snapshot runs (it waits for the
+    window in hand, or that window gives way to it and starts again) changes what the next read
+    finds, and the stream carries the new shape."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, a text, b int, c text)",
+        "INSERT INTO items SELECT g, 'a' || g, g, 'c' || g FROM generate_series(1, 1200) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="no_data",
+                      snapshot_extra="chunk.size: 200\nmax.threads: 1\n")  # fmt: skip
+    ingest(p, "--capture-only")
+    asked = p.cdc("snapshot", "--pipeline", "p", "--table", "public.items")
+    assert asked.returncode == 0, asked.stderr
+    proc = p.start_ingest()
+    try:
+        _wait_for_groups(p, proc, at_least=2)  # of 6
+        sql(dsn,
+            "ALTER TABLE items ADD COLUMN d int",
+            "UPDATE items SET d = id WHERE id % 7 = 0",  # rows read already, and rows not yet
+            "ALTER TABLE items DROP COLUMN c",
+            "ALTER TABLE items ALTER COLUMN b TYPE bigint",  # a rewrite: a new relfilenode
+            "UPDATE items SET b = b + 10000000000 WHERE id % 11 = 0",
+            "DELETE FROM items WHERE id % 13 = 0",
+            "INSERT INTO items SELECT g, 'new', g, g FROM generate_series(1201, 1300) g")  # fmt: skip
+        done_at_ddl = sum(t.groups_done for t in only_job(p).tables)
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-4000:]
+    job = only_job(p)
+    assert job.finished
+    total = sum(len(t.groups(1)) for t in job.tables)
+    assert done_at_ddl < total, "the snapshot ended before the DDL: nothing was read after it"
+
+    ingest(p)
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items"),
+                                       skip=("c",)) == 1300 - 1200 // 13  # fmt: skip
+    reads = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
+    with_d = reads.where(F.get_json_object("after", "$.d").isNotNull()).count()
+    without_c = reads.where(~F.col("after").contains('"c":')).count()
+    assert with_d > 0, "no window read the added column"
+    assert without_c > 0, "no window read after the drop"
+
+
 @pytest.mark.slow
 def test_lost_position_fails_initial_and_when_needed_resnapshots(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession

@@ -5,9 +5,13 @@ applied to it (an unchanged TOASTed value stays the read's), and bronze replays 
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from pathlib import Path
 
 import psycopg
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -24,7 +28,7 @@ from cdc_core.snapshot_plan import plan_chunks
 from cdc_core.snapshot_read import GroupRead, read_group
 from cdc_core.snapshot_window import ReadView
 from tests.integration.conftest import PgServer
-from tests.integration.harness import make_pipeline
+from tests.integration.harness import make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 T = TableName("public", "items")
@@ -86,6 +90,69 @@ def test_a_transaction_the_read_missed_overtakes_its_rows(
     assert reads[9]["v"] == "toast kept"
     assert reads[9]["big"] == BIG + "9"  # not resent by the update: the read's value stands
     assert reads[6]["v"] == "v6"
+
+    record_schema(lake, shape, view.position.value)
+    capture(config, lake)
+    apply_staged(spark, lake, config)
+    assert assert_mirror_equals_source(spark, lake, dsn, T) == 100
+
+
+@pytest.mark.parametrize("point", ["snapshot.after_export", "window.high_watermark"])
+def test_a_ddl_queued_behind_a_read_goes_first_and_the_group_is_read_again(  # noqa: PLR0917 - fixtures
+    point: str, pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """An ALTER TABLE waits for the read's lock, and the chunk readers, queued behind it, for
+    the ALTER: each side waited for the other (and the application's sessions behind the
+    ALTER) until source.query_timeout_s. At `snapshot.after_export` Spark has not yet asked
+    for the chunks' columns; at `window.high_watermark` it has, and reads them in the write."""
+    dsn = pg.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text, gone text)")
+        conn.execute(
+            "INSERT INTO items SELECT i, 'v' || i, 'g' || i FROM generate_series(1, 100) i"
+        )
+    p = make_pipeline(tmp_path, dsn, [T.qualified])
+    assert p.ingest("--capture-only").returncode == 0
+    config = load_pipeline("p", "local", home=tmp_path)
+    lake = p.lake
+    with connect(config.pipeline.source.dsn, values=True) as conn:
+        plan = plan_chunks(conn, T, chunk_size=1000)
+    read = GroupRead(
+        "job-1", "incremental", "p", database, T, plan, plan.chunks, 0, None, None, 1000
+    )
+    ddl: list[threading.Thread] = []
+
+    def queue_ddl() -> None:  # once: the read's next attempt finds the table altered
+        if ddl:
+            return
+        alter = "ALTER TABLE items ADD COLUMN added int DEFAULT 7, DROP COLUMN gone"
+        ddl.append(threading.Thread(target=sql, args=(dsn, alter)))
+        ddl[0].start()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(200):
+                waiting = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE 'ALTER TABLE items%'"
+                ).fetchone()
+                if waiting and waiting[0]:
+                    return
+                time.sleep(0.05)
+        raise AssertionError("the ALTER TABLE did not queue behind the read's lock")
+
+    with faults.hooked(point, queue_ddl), caplog.at_level(logging.WARNING, "cdc_core.snapshot"):
+        view, rows, shape = read_group(
+            spark, lake, config.pipeline.source.dsn, read,
+            catch_up=lambda at: catch_up(config, lake, at),
+        )  # fmt: skip
+    ddl[0].join(timeout=60)
+    assert not ddl[0].is_alive()
+    assert "the read gave way to it and starts again (attempt 2 of 5)" in caplog.text
+    assert rows == 100
+    assert [c.name for c in shape.columns] == ["id", "v", "added"]  # the table as it is now
+    after = spark.read.format("delta").load(lake.bronze).where(F.col("op") == "r")
+    assert {r[0] for r in after.select(F.get_json_object("after", "$.added")).collect()} == {"7"}
+    assert after.where(F.col("after").contains('"gone"')).count() == 0
 
     record_schema(lake, shape, view.position.value)
     capture(config, lake)

@@ -11,7 +11,7 @@ import yaml
 
 from cdc_core.cli import main
 from cdc_core.config import load_pipeline
-from cdc_core.config.debezium import mapped_properties
+from cdc_core.config.debezium import UNSUPPORTED, mapped_properties
 from cdc_core.config.debezium_file import parse_properties
 
 # The "Connector configuration example" of the Debezium PostgreSQL documentation
@@ -200,6 +200,11 @@ def test_a_typo_is_reported_with_the_property_it_resembles(
     assert "  heartbeat.intervl.ms (did you mean 'heartbeat.interval.ms'?)" in out
     assert out.endswith("unsupported 0, unknown 1\n")
     assert "#   unknown: heartbeat.intervl.ms" in (home / "pipelines" / "shop.yaml").read_text()
+
+
+def test_every_property_without_a_counterpart_says_what_happens_instead() -> None:
+    silent = [prop for prop, reason in UNSUPPORTED.items() if not reason.strip()]
+    assert silent == []
 
 
 def test_a_debezium_property_without_a_counterpart_is_reported_as_not_supported(

@@ -131,6 +131,17 @@ def test_without_the_jvm_the_sqlstate_is_found_from_the_driver_text() -> None:
     assert "QueryExecutorImpl" not in str(mapped)  # the driver's line, not its stack
 
 
+def test_a_chunk_readers_lock_timeout_carries_its_sqlstate_by_the_jvm_or_the_text() -> None:
+    error = _spark_job_failure("ERROR: canceling statement due to lock timeout", "55P03")
+    mapped = as_transient(error)
+    assert mapped is not None
+    assert mapped.sqlstate == "55P03"  # what a snapshot read gives way on
+    error.java_exception = None
+    from_text = as_transient(error)
+    assert from_text is not None
+    assert from_text.sqlstate == "55P03"
+
+
 def test_a_spark_jdbc_error_retrying_will_not_fix_is_left_alone() -> None:
     error = _spark_job_failure('ERROR: relation "t" does not exist', "42P01")
     assert as_transient(error) is None
