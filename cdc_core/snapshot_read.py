@@ -125,6 +125,22 @@ def _source(read: GroupRead, conn: psycopg.Connection[tuple[object, ...]]) -> sq
     return own_rows(conn, read.table)
 
 
+def _selectable(
+    conn: psycopg.Connection[tuple[object, ...]], read: GroupRead, source: sql.Composable
+) -> None:
+    """Under a snapshot taken earlier, the catalog names the columns as they were then; the
+    table has today's. A column dropped or renamed since cannot be read under it."""
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in read.columns)
+    try:
+        conn.execute(sql.SQL("SELECT {} FROM {} LIMIT 0").format(columns, source))
+    except psycopg.errors.UndefinedColumn as e:
+        raise TerminalError(
+            f"snapshot of {read.table}: {e.diag.message_primary}, though the snapshot every "
+            "table is read under has it: it was dropped or renamed since; run again for a new "
+            "snapshot"
+        ) from e
+
+
 def _chunk_query(
     read: GroupRead, chunk: Chunk, source: sql.Composable,
     conn: psycopg.Connection[tuple[object, ...]],
@@ -388,6 +404,8 @@ def _read_group(
             "fetchsize": str(read.fetch_size),
         }
         source = _source(read, coordinator)
+        if shared is not None:
+            _selectable(coordinator, read, source)
         with _giving_way():  # Spark resolves each chunk's columns here, on a reader's session
             frames = [
                 spark.read.jdbc(

@@ -20,12 +20,13 @@ from cdc_core.apply import apply_staged
 from cdc_core.bronze import record_schema
 from cdc_core.capture import capture, catch_up
 from cdc_core.config import load_pipeline
+from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import connect
 from cdc_core.snapshot import catalog_descriptor
 from cdc_core.snapshot_plan import plan_chunks
-from cdc_core.snapshot_read import GroupRead, read_group
+from cdc_core.snapshot_read import GroupRead, read_group, shared_snapshot
 from cdc_core.snapshot_window import ReadView
 from tests.integration.conftest import PgServer
 from tests.integration.harness import make_pipeline, sql
@@ -158,3 +159,44 @@ def test_a_ddl_queued_behind_a_read_goes_first_and_the_group_is_read_again(  # n
     capture(config, lake)
     apply_staged(spark, lake, config)
     assert assert_mirror_equals_source(spark, lake, dsn, T) == 100
+
+
+def test_a_column_dropped_after_the_shared_snapshot_was_taken_is_named(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Groups of a pipeline that does not stream read under one snapshot taken at the start.
+    Its catalog names the columns a read selects; the table has today's. A column dropped
+    since is refused by name (the read used to fail in Spark, on a column that "does not
+    exist"); a column added since is not read: the rows are as of the snapshot."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE narrowed (id int PRIMARY KEY, gone text)",
+        "CREATE TABLE widened (id int PRIMARY KEY, v text)",
+        "INSERT INTO narrowed SELECT g, 'g' FROM generate_series(1, 10) g",
+        "INSERT INTO widened SELECT g, 'v' FROM generate_series(1, 10) g")  # fmt: skip
+    narrowed, widened = TableName("public", "narrowed"), TableName("public", "widened")
+    p = make_pipeline(tmp_path, dsn, [narrowed.qualified, widened.qualified])
+    config = load_pipeline("p", "local", home=tmp_path)
+    source = config.pipeline.source.dsn
+
+    def group(table: TableName) -> GroupRead:
+        with connect(source, values=True) as conn:
+            plan = plan_chunks(conn, table, chunk_size=1000)
+        return GroupRead("job-1", "initial", "p", database, table, plan, plan.chunks, 0, None,
+                         None, 1000)  # fmt: skip
+
+    reads = {t: group(t) for t in (narrowed, widened)}
+    with shared_snapshot(source) as shared:
+        sql(dsn, "ALTER TABLE narrowed DROP COLUMN gone",
+            "ALTER TABLE widened ADD COLUMN added int DEFAULT 7")  # fmt: skip
+        with pytest.raises(TerminalError) as refused:
+            read_group(spark, p.lake, source, reads[narrowed], catch_up=None, shared=shared)
+        _, rows, shape = read_group(
+            spark, p.lake, source, reads[widened], catch_up=None, shared=shared
+        )
+    assert str(refused.value) == (
+        'snapshot of public.narrowed: column "gone" does not exist, though the snapshot every '
+        "table is read under has it: it was dropped or renamed since; run again for a new "
+        "snapshot"
+    )
+    assert rows == 10
+    assert [c.name for c in shape.columns] == ["id", "v"]
