@@ -37,13 +37,17 @@ class UsageError(CdcError):
 
 class TransientError(CdcError):
     """A failure that may pass by itself (lost connection, server restart): safe to retry.
-    `sqlstate`: the source's, when the failure is one of its errors."""
+    `sqlstate`: the source's, when the failure is one of its errors; `server`: then its first
+    line as the server (or the driver) gave it, for a message that says the rest itself."""
 
     exit_code = EXIT_TRANSIENT
 
-    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, sqlstate: str | None = None, server: str | None = None
+    ) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+        self.server = server
 
 
 class TerminalError(CdcError):

@@ -456,7 +456,7 @@ def _giving_way() -> Iterator[None]:
     except Exception as e:
         mapped = as_transient(e)
         if mapped is not None and mapped.sqlstate == "55P03":
-            raise _GaveWayError(str(mapped)) from e
+            raise _GaveWayError(mapped.server or str(mapped)) from e
         raise
 
 

@@ -105,7 +105,8 @@ def _describe(state: str | None, text: str, *, via: str = "") -> TransientError 
         return None
     first = text.strip().splitlines()[0] if text.strip() else "no message"
     code = f" [SQLSTATE {state}]" if state else ""
-    return TransientError(f"{hint}: {via}{first}{code}; {_RETRY}", sqlstate=state or None)
+    server = f"{via}{first}{code}"
+    return TransientError(f"{hint}: {server}; {_RETRY}", sqlstate=state or None, server=server)
 
 
 def _from_psycopg(error: psycopg.Error) -> TransientError | None:

@@ -6,12 +6,15 @@ integration tier meets them, tests/integration/test_server_faults.py)."""
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 
+from cdc_core import snapshot_read
 from cdc_core.cli import guarded
 from cdc_core.errors import EXIT_FAILURE, EXIT_TRANSIENT, TerminalError, TransientError
+from cdc_core.identifiers import TableName
 from cdc_core.pg.replication import decoding_missed_publication, publication_missing
 from cdc_core.transient import as_transient, transient_failures
 
@@ -354,3 +357,29 @@ def test_a_missing_publication_stops_for_good_naming_it_and_the_way_out() -> Non
     assert str(error).startswith("publication 'p' (source.publication) did not exist")
     assert "SELECT pg_drop_replication_slot('s')" in str(error)
     assert "snapshot.mode: when_needed" in str(error)
+
+
+def test_a_read_that_gave_way_every_time_says_what_it_gave_way_to_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    attempts = []
+
+    def blocked(*args: object, **kwargs: object) -> None:
+        attempts.append(1)
+        with snapshot_read._giving_way():  # where Spark's reader hits its lock_timeout
+            raise _spark_job_failure("ERROR: canceling statement due to lock timeout", "55P03")
+
+    monkeypatch.setattr(snapshot_read, "_read_group", blocked)
+    monkeypatch.setattr(snapshot_read.time, "sleep", lambda seconds: None)
+    read = SimpleNamespace(table=TableName("public", "items"), group=2)
+    with pytest.raises(TransientError) as raised:
+        snapshot_read.read_group(None, None, None, read, catch_up=None)  # type: ignore[arg-type]
+    assert len(attempts) == 5
+    assert str(raised.value) == (
+        "snapshot of public.items: group 3 gave way 5 times to a lock request queued behind its "
+        "read (an ALTER TABLE, TRUNCATE or VACUUM FULL of the table, or a LOCK TABLE): Spark JDBC "
+        "read: ERROR: canceling statement due to lock timeout [SQLSTATE 55P03]; the next run "
+        "reads it again"
+    )
+    assert raised.value.sqlstate == "55P03"
+    assert caplog.text.count("the read gave way to it and starts again") == 4
