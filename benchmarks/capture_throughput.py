@@ -97,6 +97,9 @@ def main() -> None:
                     started = time.perf_counter()
                     summary = capture(config, Lake(config.pipeline.target.root))
                     seconds = time.perf_counter() - started
+                    if summary.changes != per_txn * args.transactions:  # a fast wrong reader
+                        raise SystemExit(f"the {reader} reader staged {summary.changes:,} "
+                                         f"changes of {per_txn * args.transactions:,}")  # fmt: skip
                     messages = summary.changes + 2 * summary.transactions  # plus Begin and Commit
                     rate = messages / seconds
                     ratios[reader].append(rate / baseline)
