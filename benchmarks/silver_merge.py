@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from cdc_core.config import SparkSettings
-from cdc_core.envelope import BRONZE
+from cdc_core.envelope import BRONZE, SOURCE
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import ColumnType, SilverType
 from cdc_core.silver import SilverSettings, merge_changes
@@ -62,6 +63,15 @@ def typed_rows(spark: SparkSession, ids: DataFrame, version: int) -> DataFrame:
     )
 
 
+def _fields(schema: T.StructType, **given: Column) -> Column:
+    """A struct of `schema`'s fields: those `given`, the rest null (bronze as the product writes
+    it, whatever fields it gains)."""
+    return F.struct(*[
+        (given[f.name] if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in schema.fields
+    ])  # fmt: skip
+
+
 def bronze_changes(spark: SparkSession, rows: int, changes: int) -> tuple[DataFrame, DataFrame]:
     """(bronze-shaped changes, the final typed row or delete per key) for the benchmark."""
     n = changes
@@ -86,11 +96,11 @@ def bronze_changes(spark: SparkSession, rows: int, changes: int) -> tuple[DataFr
         F.when(F.col("op") == "d", F.to_json(F.struct(F.col("key").cast("string").alias("id")))).alias("before"),
         F.when(F.col("op") != "d", text).alias("after"),
         F.array().cast("array<string>").alias("unchanged"),
-        F.struct(F.col("commit_lsn").alias("ts_us"), F.lit(None).cast("long").alias("txId"))
-        .alias("source"),
-        F.lit(None).cast("map<string,string>").alias("headers"),
-        "commit_lsn", "seq", F.lit(None).cast(BRONZE["read_view"].dataType).alias("read_view"),
+        _fields(SOURCE, ts_us=F.col("commit_lsn"), lsn=F.col("commit_lsn")).alias("source"),
+        "commit_lsn", "seq",
     )  # fmt: skip
+    bronze = bronze.select(_fields(BRONZE, **{c: F.col(c) for c in bronze.columns}).alias("b"))
+    bronze = bronze.select("b.*")
     final = joined.groupBy("key").agg(F.max_by(F.struct("op", "v"), "commit_lsn").alias("last"))
     return bronze, final.select("key", "last.op", "last.v")
 

@@ -51,7 +51,7 @@ INSERT INTO bench
 SELECT i, i %% 100000, (ARRAY['pending','paid','shipped','delivered'])[1 + i %% 4],
        (i %% 100000) / 100.0, 'EUR', timestamptz '2024-01-01' + i * interval '1 second',
        CASE WHEN i %% 10 = 0 THEN NULL ELSE 'note ' || i END
-FROM generate_series(%s, %s) i
+FROM generate_series(%s::bigint, %s::bigint) i
 """
 ROOT = Path(__file__).resolve().parents[1]
 
