@@ -3,7 +3,7 @@
     python benchmarks/silver_merge.py [--rows 5000000] [--changes 1000000]
 
 A silver table of `rows` rows (an orders-like table, 7 columns) gets `changes` mixed changes
-(70% updates of existing keys, 20% inserts, 10% deletes; some keys change twice) through the
+(70% updates of existing keys, 20% inserts, 10% deletes; one change a key) through the
 product's silver step: JSON parsing, typing on executors, TOAST and key-change handling, the
 newest change per key and the guarded MERGE. The baseline, measured in the same run on an
 identical copy of the table, is a plain Delta MERGE of the same final rows, already typed.
