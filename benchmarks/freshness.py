@@ -138,6 +138,11 @@ class Window:
                 buckets.setdefault(n, []).append(s)
         return [quantiles(v)[0] for _, v in sorted(buckets.items())]
 
+    def verdict(self, baseline: float) -> str:
+        if len(self.per_minute()) < 3:
+            return "too short to tell (it takes 3 whole minutes)"
+        return "flat" if self.flat(baseline) else "growing"
+
     def flat(self, baseline: float) -> bool:
         """The lag stops growing: the last minute's p50 is within a quarter (or one idle batch)
         of the lowest p50 after the first minute, the minute batches grow into the rate."""
@@ -224,8 +229,7 @@ def main() -> None:
                   f"p50 {p50:.2f} s, p99 {p99:.2f} s, max {mx:.2f} s, "
                   f"p50/baseline {p50 / baseline:.2f}; batches with changes {len(w.batch_seconds)}, "
                   f"batch seconds p50 {quantiles(w.batch_seconds)[0]:.1f}")  # fmt: skip
-            print(f"  p50 per minute (s): {trend}: "
-                  f"{'flat' if w.flat(baseline) else 'growing'}")  # fmt: skip
+            print(f"  p50 per minute (s): {trend or '-'}: {w.verdict(baseline)}")
         flat = [w.reached for w in windows if w.flat(baseline)]
         if args.rates:
             print("highest rate with a flat lag: "

@@ -54,3 +54,13 @@ def test_the_silver_benchmark_ends_with_both_tables_equal() -> None:
     out = bench("benchmarks/silver_merge.py", "--rows", "20000", "--changes", "4000")
     assert re.search(r"^ratio \(product / plain MERGE throughput\): \d+\.\d\d$", out, re.M), out
     assert "both tables hold the same rows" in out, out
+
+
+@pytest.mark.slow
+def test_the_freshness_benchmark_measures_a_short_window_without_calling_it_flat_or_growing() -> (
+    None
+):
+    out = bench("benchmarks/freshness.py", "--rate", "200", "--minutes", "0.5")
+    assert re.search(r"^baseline \(one change, idle pipeline\): \d+\.\d\d s", out, re.M), out
+    assert re.search(r"^asked 200/s, reached \d+/s, \d+ changes: p50 \d+\.\d\d s", out, re.M), out
+    assert "p50 per minute (s): -: too short to tell (it takes 3 whole minutes)" in out, out
