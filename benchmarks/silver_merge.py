@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from cdc_core.config import SparkSettings
-from cdc_core.envelope import BRONZE, SOURCE
+from cdc_core.envelope import BRONZE, SOURCE, conformed
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import ColumnType, SilverType
 from cdc_core.silver import SilverSettings, merge_changes
@@ -64,15 +63,6 @@ def typed_rows(spark: SparkSession, ids: DataFrame, version: int) -> DataFrame:
     )
 
 
-def _conformed(schema: T.StructType, **given: Column) -> list[Column]:
-    """`schema`'s fields as columns: those `given`, the rest null (bronze as the product writes
-    it, whatever fields it gains)."""
-    return [
-        (given[f.name] if f.name in given else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in schema.fields
-    ]
-
-
 def bronze_changes(spark: SparkSession, rows: int, changes: int) -> tuple[DataFrame, DataFrame]:
     """(bronze-shaped changes, the final typed row or delete per key) for the benchmark."""
     n = changes
@@ -97,11 +87,11 @@ def bronze_changes(spark: SparkSession, rows: int, changes: int) -> tuple[DataFr
         F.when(F.col("op") == "d", F.to_json(F.struct(F.col("key").cast("string").alias("id")))).alias("before"),
         F.when(F.col("op") != "d", text).alias("after"),
         F.array().cast("array<string>").alias("unchanged"),
-        F.struct(*_conformed(SOURCE, ts_us=F.col("commit_lsn"), lsn=F.col("commit_lsn")))
+        F.struct(*conformed(SOURCE, {"ts_us": F.col("commit_lsn"), "lsn": F.col("commit_lsn")}))
         .alias("source"),
         "commit_lsn", "seq",
     )  # fmt: skip
-    bronze = bronze.select(*_conformed(BRONZE, **{c: F.col(c) for c in bronze.columns}))
+    bronze = bronze.select(*conformed(BRONZE, {c: F.col(c) for c in bronze.columns}))
     final = joined.groupBy("key").agg(F.max_by(F.struct("op", "v"), "commit_lsn").alias("last"))
     return bronze, final.select("key", "last.op", "last.v")
 

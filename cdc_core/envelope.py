@@ -17,6 +17,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_core import __version__
@@ -103,6 +105,15 @@ def _arrow(t: T.DataType) -> pa.DataType:
 
 
 ARROW = pa.schema([pa.field(f.name, _arrow(f.dataType)) for f in BRONZE.fields])
+
+
+def conformed(schema: T.StructType, values: Mapping[str, Column]) -> list[Column]:
+    """`schema`'s fields as columns, in its order and of its types: those in `values`, the rest
+    null. Rows built this way keep bronze's shape whatever fields it gains."""
+    return [
+        (values[f.name] if f.name in values else F.lit(None)).cast(f.dataType).alias(f.name)
+        for f in schema.fields
+    ]
 
 
 @dataclass(frozen=True)

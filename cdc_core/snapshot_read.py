@@ -42,7 +42,7 @@ from cdc_core.bronze import applied_end, ensure_bronze, record_schema
 from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.config import Dsn
 from cdc_core.config.model import NO_KEYS, KeyColumns
-from cdc_core.envelope import BRONZE
+from cdc_core.envelope import BRONZE, conformed
 from cdc_core.errors import TerminalError, TransientError
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
@@ -661,12 +661,7 @@ def _envelopes(rows: DataFrame, read: GroupRead, view: ReadView) -> DataFrame:
         "source_table": F.lit(read.table.qualified),
         "staged_file": F.lit(f"snapshot:{read.job_id}:{read.group}"), "read_view": read_view,
     }  # fmt: skip
-    return rows.select(
-        *[
-            (values[f.name] if f.name in values else F.lit(None)).cast(f.dataType).alias(f.name)
-            for f in BRONZE.fields
-        ]
-    )
+    return rows.select(*conformed(BRONZE, values))
 
 
 class Progress:
