@@ -125,20 +125,69 @@ def _source(read: GroupRead, conn: psycopg.Connection[tuple[object, ...]]) -> sq
     return own_rows(conn, read.table)
 
 
-def _selectable(
-    conn: psycopg.Connection[tuple[object, ...]], read: GroupRead, source: sql.Composable
-) -> None:
-    """Under a snapshot taken earlier, the catalog names the columns as they were then; the
-    table has today's. A column dropped or renamed since cannot be read under it."""
+def _lock_what_it_reads(
+    conn: psycopg.Connection[tuple[object, ...]], read: GroupRead, source: sql.Composable,
+    lock_timeout_ms: int, *, shared: bool,
+) -> None:  # fmt: skip
+    """Lock every table the chunks read, as the read's own table is locked: parsing the chunks'
+    SELECT (with `LIMIT 0`) takes ACCESS SHARE on each one it names, a join's, a view's or a
+    condition's subquery's too, and the coordinator's transaction keeps them. A chunk reader
+    that waits for a lock then waits only behind a request queued since, which the read gives
+    way to (`READER_LOCK_WAIT_MS`); without them it gave way to a table another session held,
+    a wait that was no cycle, and ended the run after five. `shared`: the read is under a
+    snapshot taken earlier, whose catalog names the columns as they were then; the table has
+    today's, and a column dropped or renamed since cannot be read under it."""
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in read.columns)
+    where = sql.SQL(" WHERE ({})").format(sql.SQL(read.condition or "true"))
     try:
-        conn.execute(sql.SQL("SELECT {} FROM {} LIMIT 0").format(columns, source))
+        conn.execute(sql.SQL("SELECT {} FROM {}{} LIMIT 0").format(columns, source, where))
     except psycopg.errors.UndefinedColumn as e:
+        if not shared:
+            raise
         raise TerminalError(
             f"snapshot of {read.table}: {e.diag.message_primary}, though the snapshot every "
             "table is read under has it: it was dropped or renamed since; run again for a new "
             "snapshot"
         ) from e
+    except psycopg.errors.LockNotAvailable as e:
+        raise TransientError(
+            f"snapshot of {read.table}: no ACCESS SHARE lock within {lock_timeout_ms} ms on a "
+            "table its read joins or selects from (snapshot.lock.timeout.ms; a long ALTER "
+            f"TABLE, TRUNCATE or VACUUM FULL holds it): {e.diag.message_primary}; the next run "
+            "tries again"
+        ) from e
+    if shared:
+        _refuse_rewritten(conn, read.table, "a table its read joins or selects from", created=False)
+
+
+def _refuse_rewritten(
+    conn: psycopg.Connection[tuple[object, ...]], table: TableName, what: str, *,
+    created: bool = True,
+) -> None:  # fmt: skip
+    """TRUNCATE and the ALTER TABLEs that rewrite a table are not MVCC-safe: a table emptied or
+    rewritten since the snapshot the transaction reads under was taken reads empty under it.
+    Refuse the read if any table the transaction has locked was (the read's own, its
+    partitions, the tables its SELECT joins): pg_class as the snapshot saw it, against
+    pg_relation_filenode, the catalog of now. `created`: a relation created since is refused
+    too (a partition; not when planning has locked indexes, which may be new and are harmless)."""
+    rows = conn.execute(
+        """SELECT l.relation::regclass::text
+           FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation
+           WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND l.relation >= 16384  -- FirstNormalObjectId: not the catalogs
+             AND ((c.oid IS NULL AND %(created)s) OR (c.relkind IN ('r', 'm')
+                  AND c.relfilenode IS DISTINCT FROM pg_relation_filenode(c.oid)))
+           ORDER BY 1""",
+        {"created": created},
+    ).fetchall()
+    if rows:
+        raise TerminalError(
+            f"snapshot of {table}: {what} was emptied or rewritten (TRUNCATE, VACUUM FULL or an "
+            f"ALTER TABLE that rewrites it: {', '.join(str(r[0]) for r in rows)}) after the "
+            "snapshot every table is read under was taken, so a read under it would not find "
+            "its rows; run again for a new snapshot"
+        )
 
 
 def _chunk_query(
@@ -404,8 +453,7 @@ def _read_group(
             "fetchsize": str(read.fetch_size),
         }
         source = _source(read, coordinator)
-        if shared is not None:
-            _selectable(coordinator, read, source)
+        _lock_what_it_reads(coordinator, read, source, lock_timeout_ms, shared=shared is not None)
         with _giving_way():  # Spark resolves each chunk's columns here, on a reader's session
             frames = [
                 spark.read.jdbc(
@@ -489,20 +537,7 @@ def _import_snapshot(
     conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(shared.name)))
     conn.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
     _lock(conn, table, lock_timeout_ms)
-    # pg_class as the snapshot saw it, against pg_relation_filenode: the catalog of now
-    rewritten = conn.execute(
-        """SELECT count(*) FILTER (WHERE c.oid IS NULL OR (c.relkind <> 'p'
-                                  AND c.relfilenode IS DISTINCT FROM pg_relation_filenode(c.oid)))
-           FROM (SELECT %(t)s::regclass UNION SELECT relid FROM pg_partition_tree(%(t)s)) t(oid)
-           LEFT JOIN pg_class c ON c.oid = t.oid""",
-        {"t": sql.Identifier(table.schema, table.name).as_string(conn)},
-    ).fetchone()
-    if rewritten is None or rewritten[0]:
-        raise TerminalError(
-            f"snapshot of {table}: the table was emptied or rewritten (TRUNCATE, VACUUM FULL or "
-            "an ALTER TABLE that rewrites it) after the snapshot every table is read under was "
-            "taken, so a read under it would not find its rows; run again for a new snapshot"
-        )
+    _refuse_rewritten(conn, table, "the table")
     return shared.name
 
 

@@ -29,7 +29,7 @@ from cdc_core.snapshot_plan import plan_chunks
 from cdc_core.snapshot_read import GroupRead, read_group, shared_snapshot
 from cdc_core.snapshot_window import ReadView
 from tests.integration.conftest import PgServer
-from tests.integration.harness import make_pipeline, sql
+from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 T = TableName("public", "items")
@@ -98,6 +98,22 @@ def test_a_transaction_the_read_missed_overtakes_its_rows(
     assert assert_mirror_equals_source(spark, lake, dsn, T) == 100
 
 
+def _queued(dsn: str, ddl: str) -> threading.Thread:
+    """`ddl` run on a thread of its own, returned once it waits for a lock (the read's)."""
+    thread = threading.Thread(target=sql, args=(dsn, ddl))
+    thread.start()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(200):
+            waiting = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query = %s", (ddl,),
+            ).fetchone()  # fmt: skip
+            if waiting and waiting[0]:
+                return thread
+            time.sleep(0.05)
+    raise AssertionError(f"{ddl!r} did not queue behind the read's lock")
+
+
 @pytest.mark.parametrize("point", ["snapshot.after_export", "window.high_watermark"])
 def test_a_ddl_queued_behind_a_read_goes_first_and_the_group_is_read_again(  # noqa: PLR0917 - fixtures
     point: str, pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
@@ -125,21 +141,9 @@ def test_a_ddl_queued_behind_a_read_goes_first_and_the_group_is_read_again(  # n
     ddl: list[threading.Thread] = []
 
     def queue_ddl() -> None:  # once: the read's next attempt finds the table altered
-        if ddl:
-            return
-        alter = "ALTER TABLE items ADD COLUMN added int DEFAULT 7, DROP COLUMN gone"
-        ddl.append(threading.Thread(target=sql, args=(dsn, alter)))
-        ddl[0].start()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for _ in range(200):
-                waiting = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE 'ALTER TABLE items%'"
-                ).fetchone()
-                if waiting and waiting[0]:
-                    return
-                time.sleep(0.05)
-        raise AssertionError("the ALTER TABLE did not queue behind the read's lock")
+        if not ddl:
+            alter = "ALTER TABLE items ADD COLUMN added int DEFAULT 7, DROP COLUMN gone"
+            ddl.append(_queued(dsn, alter))
 
     with faults.hooked(point, queue_ddl), caplog.at_level(logging.WARNING, "cdc_core.snapshot"):
         view, rows, shape = read_group(
@@ -200,3 +204,92 @@ def test_a_column_dropped_after_the_shared_snapshot_was_taken_is_named(
     )
     assert rows == 10
     assert [c.name for c in shape.columns] == ["id", "v"]
+
+
+def _joined_read(dsn: str, database: str, tmp_path: Path) -> tuple[Pipeline, GroupRead]:
+    """`items`, read through a SELECT that joins `regions` and leaves the closed one's out."""
+    sql(dsn, "CREATE TABLE regions (id int PRIMARY KEY, name text)",
+        "INSERT INTO regions VALUES (1, 'north'), (2, 'south'), (3, 'east'), (4, 'closed')",
+        "CREATE TABLE items (id int PRIMARY KEY, v text, region_id int)",
+        "INSERT INTO items SELECT i, 'v' || i, 1 + i % 4 FROM generate_series(1, 100) i")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, [T.qualified])
+    assert p.ingest("--capture-only").returncode == 0
+    with connect(
+        load_pipeline("p", "local", home=tmp_path).pipeline.source.dsn, values=True
+    ) as conn:
+        plan = plan_chunks(conn, T, chunk_size=30)
+    select = (
+        "SELECT i.* FROM public.items i JOIN public.regions r ON r.id = i.region_id "
+        "WHERE r.name <> 'closed'"
+    )
+    return p, GroupRead(
+        "job-1", "blocking", "p", database, T, plan, plan.chunks, 0, None, select, 1000
+    )
+
+
+@pytest.mark.parametrize("other", ["held", "queued"])
+def test_a_read_that_joins_another_table_waits_for_its_lock_and_gives_way_to_a_queued_ddl(  # noqa: PLR0917 - fixtures
+    other: str, pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A read of a SELECT that joins another table (select.statement.overrides). `held`:
+    another session holds that table's ACCESS EXCLUSIVE lock for 3 s (a short rewrite). No
+    cycle: the read waits for it (the chunk readers used to give way to it, a second after
+    each attempt, and a hold of some 15 s ended the run). `queued`: an ALTER TABLE of the
+    joined table queues behind the read's lock on it, and the readers behind the ALTER: a
+    cycle, which the read gives way to, as it does for its own table's."""
+    dsn = pg.dsn(database)
+    p, read = _joined_read(dsn, database, tmp_path)
+    config = load_pipeline("p", "local", home=tmp_path)
+    holder = psycopg.connect(dsn)
+    ddl: list[threading.Thread] = []
+
+    def hold() -> None:  # once, before the read looks at the joined table
+        if ddl:
+            return
+        holder.execute("LOCK TABLE regions IN ACCESS EXCLUSIVE MODE")
+        ddl.append(threading.Timer(3.0, holder.commit))
+        ddl[0].start()
+
+    def queue_ddl() -> None:  # once, while the read holds the joined table
+        if not ddl:
+            ddl.append(_queued(dsn, "ALTER TABLE regions ADD COLUMN c int"))
+
+    point, hook = ("snapshot.after_export", hold) if other == "held" else (
+        "window.high_watermark", queue_ddl)  # fmt: skip
+    started = time.monotonic()
+    try:
+        with faults.hooked(point, hook), caplog.at_level(logging.WARNING, "cdc_core.snapshot"):
+            _, rows, _ = read_group(spark, p.lake, config.pipeline.source.dsn, read, catch_up=None)
+    finally:
+        for t in ddl:
+            t.join(timeout=60)
+        holder.close()
+    assert not ddl[0].is_alive()
+    assert rows == 75  # the closed region's items are not read
+    if other == "held":
+        assert "gave way" not in caplog.text
+        assert time.monotonic() - started >= 3.0  # the read waited for the lock
+    else:
+        assert "the read gave way to it and starts again (attempt 2 of 5)" in caplog.text
+    ids = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r").select(
+        F.get_json_object("after", "$.id").cast("int")).collect()  # fmt: skip
+    assert sorted(r[0] for r in ids) == [i for i in range(1, 101) if i % 4 != 3]
+
+
+def test_a_table_a_read_joins_emptied_after_the_shared_snapshot_was_taken_is_refused(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """TRUNCATE is not MVCC-safe: under the shared snapshot, taken before it, the joined table
+    reads empty, and the join would land no row at all. The read's own table was refused so;
+    now so is every table its SELECT reads."""
+    dsn = pg.dsn(database)
+    p, read = _joined_read(dsn, database, tmp_path)
+    config = load_pipeline("p", "local", home=tmp_path)
+    with shared_snapshot(config.pipeline.source.dsn) as shared:
+        sql(dsn, "TRUNCATE regions")
+        with pytest.raises(TerminalError, match=r"snapshot of public\.items: a table its read "
+                           r"joins or selects from was emptied or rewritten .*: regions\)"):  # fmt: skip
+            read_group(spark, p.lake, config.pipeline.source.dsn, read, catch_up=None,
+                       shared=shared)  # fmt: skip
+    assert not (Path(p.lake.bronze) / "_delta_log").exists()  # nothing landed
