@@ -114,6 +114,7 @@ def _batches(lake: Lake) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@pytest.mark.slow
 def test_batches_skip_the_mirrors_nothing_new_came_for(
     pg: PgServer,
     database: str,

@@ -72,6 +72,7 @@ def test_a_key_silver_cannot_hold_is_set_aside_once_and_the_rest_applied(
     assert "1 in _state/dead_letters" in status.stdout, status.stdout + status.stderr
 
 
+@pytest.mark.slow
 def test_a_table_without_a_key_under_warn_is_mirrored_exactly_with_nothing_set_aside(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -304,6 +304,7 @@ def test_a_failover_slot_carries_the_stream_to_a_promoted_standby_on_17(
     assert bronze.where("op = 'c'").count() == 1
 
 
+@pytest.mark.slow
 def test_a_standby_promoted_before_the_lakes_position_stops_the_stream_on_17(
     primary17: PgServer, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -106,6 +106,7 @@ def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds
     assert assert_mirror_equals_source(spark, p.lake, dsn, NOTES) == 2
 
 
+@pytest.mark.slow
 def test_bronze_retention_never_deletes_rows_silver_has_not_merged(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

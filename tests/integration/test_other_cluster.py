@@ -54,6 +54,7 @@ def system_identifier(dsn: str) -> str:
     return str(row[0])
 
 
+@pytest.mark.slow
 def test_a_slot_on_another_cluster_is_not_taken_for_the_lake_s(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -76,6 +76,7 @@ def test_excluded_tables_skipped_operations_and_message_prefixes(
     assert sorted(r["id"] for r in silver.where(~F.col("_cdc_deleted")).collect()) == [1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_changes_read_and_dropped_count_in_number_of_events_filtered(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -101,6 +101,7 @@ def test_the_snapshot_reads_the_select_then_every_row_streams(  # noqa: PLR0917 
     assert (key["kind"], key["key"]) == ("missing", {"id": "6"})
 
 
+@pytest.mark.slow
 def test_a_blocking_snapshot_reads_the_select_and_sweeps_what_it_no_longer_returns(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

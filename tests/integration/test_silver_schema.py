@@ -84,6 +84,7 @@ def test_schema_changes_are_followed_or_stop_only_their_table(
     assert_mirror_equals_source(spark, p.lake, dsn, T1, skip=("s",))
 
 
+@pytest.mark.slow
 def test_a_table_without_key_is_mirrored_as_a_multiset(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -410,6 +410,7 @@ def test_incremental_snapshot_by_signal_under_workload(
     assert len(load_jobs(p.lake)) == 1, "a processed signal is not carried out twice"
 
 
+@pytest.mark.slow
 def test_columns_added_dropped_and_widened_in_the_middle_of_an_incremental_snapshot(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -609,6 +610,7 @@ def _transfers(dsn: str, stop: threading.Event, done: list[int]) -> None:
             stop.wait(0.02)  # about 40 a second: the machine's two cores are the reads' too
 
 
+@pytest.mark.slow
 def test_initial_only_is_one_consistent_snapshot_of_every_table_while_the_source_is_written(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -781,6 +783,7 @@ def test_a_blocking_snapshot_command_with_where_reads_the_rows_it_names(
     assert reads.count() == 41  # v 0..9: 4 rows each, and the new (7, 'extra')
 
 
+@pytest.mark.slow
 def test_a_partitioned_table_is_mirrored_from_the_snapshot_and_the_stream(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

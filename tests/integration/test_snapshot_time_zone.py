@@ -21,6 +21,7 @@ from tests.integration.mirror import assert_mirror_equals_source
 KEYED, KEYLESS = TableName("public", "slots"), TableName("public", "visits")
 
 
+@pytest.mark.slow
 def test_snapshot_rows_print_times_in_utc_on_a_jvm_elsewhere(
     pg: PgServer, database: str, spark: SparkSession, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

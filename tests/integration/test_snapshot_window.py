@@ -242,18 +242,18 @@ def test_a_read_that_joins_another_table_waits_for_its_lock_and_gives_way_to_a_q
     p, read = _joined_read(dsn, database, tmp_path)
     config = load_pipeline("p", "local", home=tmp_path)
     holder = psycopg.connect(dsn)
-    ddl: list[threading.Thread] = []
+    others: list[threading.Thread] = []  # the holder's commit, or the queued ALTER
 
     def hold() -> None:  # once, before the read looks at the joined table
-        if ddl:
+        if others:
             return
         holder.execute("LOCK TABLE regions IN ACCESS EXCLUSIVE MODE")
-        ddl.append(threading.Timer(3.0, holder.commit))
-        ddl[0].start()
+        others.append(threading.Timer(3.0, holder.commit))
+        others[0].start()
 
     def queue_ddl() -> None:  # once, while the read holds the joined table
-        if not ddl:
-            ddl.append(_queued(dsn, "ALTER TABLE regions ADD COLUMN c int"))
+        if not others:
+            others.append(_queued(dsn, "ALTER TABLE regions ADD COLUMN c int"))
 
     point, hook = ("snapshot.after_export", hold) if other == "held" else (
         "window.high_watermark", queue_ddl)  # fmt: skip
@@ -262,10 +262,10 @@ def test_a_read_that_joins_another_table_waits_for_its_lock_and_gives_way_to_a_q
         with faults.hooked(point, hook), caplog.at_level(logging.WARNING, "cdc_core.snapshot"):
             _, rows, _ = read_group(spark, p.lake, config.pipeline.source.dsn, read, catch_up=None)
     finally:
-        for t in ddl:
+        for t in others:
             t.join(timeout=60)
         holder.close()
-    assert not ddl[0].is_alive()
+    assert not others[0].is_alive()
     assert rows == 75  # the closed region's items are not read
     if other == "held":
         assert "gave way" not in caplog.text

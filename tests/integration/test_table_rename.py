@@ -91,6 +91,7 @@ def test_a_table_renamed_for_good_stops_the_next_run_which_names_the_way_back(
     ]
 
 
+@pytest.mark.slow
 def test_a_table_renamed_and_renamed_back_between_runs_is_mirrored_exactly(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -90,6 +90,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
         unavailable(f"no PostgreSQL with TLS for the TLS test: {e}")
 
 
+@pytest.mark.slow
 def test_the_stream_and_the_snapshot_reads_connect_with_a_client_certificate_and_its_pem_key(
     tls: Tls, tmp_path: Path, spark: SparkSession
 ) -> None:
