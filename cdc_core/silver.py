@@ -49,7 +49,7 @@ from cdc_core.silver_shape import (
     table_shape,
 )
 from cdc_core.silver_table import ensure_silver, quoted, register, sql_name
-from cdc_core.spark import Spark, each_in_session, session_of
+from cdc_core.spark import Spark, built_once, each_in_session, session_of
 from cdc_core.stager import StagedFile
 from cdc_core.state import (
     caught_up_file,
@@ -406,11 +406,12 @@ def _summary(rows: DataFrame) -> Summary | None:
     return _read_summary(rows.agg(*_summary_aggregates("unchanged", "staged_file")).first())
 
 
-def _summary_aggregates(unchanged: str, staged_file: str) -> list[Column]:
+@built_once
+def _summary_aggregates(unchanged: str, staged_file: str) -> tuple[Column, ...]:
     """`_summary`'s aggregates over rows with `op`, `commit_lsn`, `seq` and these columns."""
     pos = F.struct("commit_lsn", "seq")
     truncate = F.struct("commit_lsn", "seq", F.col(staged_file).alias("staged_file"))
-    return [
+    return (
         F.count(F.lit(1)).alias("n"),
         F.max(pos).alias("end"),
         F.max(F.when(F.col("op") == "t", truncate)).alias("truncated"),
@@ -418,7 +419,7 @@ def _summary_aggregates(unchanged: str, staged_file: str) -> list[Column]:
             F.flatten(F.collect_set(F.when(F.size(unchanged) > 0, F.col(unchanged))))
         ).alias("unsent"),  # each non-empty list once: a million reads collect nothing
         F.count(F.when(F.col("op") == "r", 1)).alias("reads"),
-    ]
+    )
 
 
 def _read_summary(found: Row | None) -> Summary | None:
@@ -443,18 +444,26 @@ def _pending(
     *, frontier: int | None, slot: str | None,
 ) -> DataFrame:  # fmt: skip
     bronze = spark.read.format("delta").load(lake.bronze)
-    reset = (F.col("op") == "m") & reset_marker(table.qualified, slot)  # a TRUNCATE
-    rows = bronze.where(
-        F.col("source_table").isin(table.qualified, MESSAGES_TABLE)
-        & ((F.col("source_table") == table.qualified) & F.col("op").isin("c", "u", "d", "r", "t")
-           | reset)
-        & after_position(after[0], after[1])
-    ).withColumn("op", F.when(reset, F.lit("t")).otherwise(F.col("op")))  # fmt: skip
+    of_table, op = _of_table(table.qualified, slot)
+    rows = bronze.where(of_table & after_position(after[0], after[1])).withColumn("op", op)
     if frontier is not None:  # stream changes are all before it; reads after it wait
         rows = rows.where((F.col("op") != "r") | (F.col("commit_lsn") <= frontier))
     return rows
 
 
+@built_once
+def _of_table(table: str, slot: str | None) -> tuple[Column, Column]:
+    """Bronze rows that are `table`'s changes, or reset markers of it for the pipeline reading
+    `slot`; and their `op`, a reset marker's a TRUNCATE's."""
+    reset = (F.col("op") == "m") & reset_marker(table, slot)
+    return (
+        F.col("source_table").isin(table, MESSAGES_TABLE)
+        & ((F.col("source_table") == table) & F.col("op").isin("c", "u", "d", "r", "t") | reset),
+        F.when(reset, F.lit("t")).otherwise(F.col("op")),
+    )
+
+
+@built_once
 def reset_marker(table: str, slot: str | None) -> Column:
     """Bronze rows that are reset markers (`cdc_core.reset_marker`) of `table` for the
     pipeline reading `slot` (None: for any); one in the older form (the bare table name)

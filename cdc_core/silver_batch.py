@@ -23,6 +23,7 @@ from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
 from cdc_core.silver_fast import fast_value
 from cdc_core.silver_shape import TableShape, arrow_type, describe, spark_type
 from cdc_core.silver_table import quoted
+from cdc_core.spark import built_once
 
 _META = ["op", "commit_lsn", "seq", "_commit_ts_us", "_unchanged", "_old_key_json", "_cdc_row_hash",
          "_cdc_delta", "_xid", "_read_view", "_staged_file", "_lsn", "_cdc_change"]  # fmt: skip
@@ -85,14 +86,19 @@ JSON_OPTIONS = {"maxStringLen": str(2**31 - 1), "mode": "FAILFAST"}
 
 def parsed(bronze: DataFrame, shape: TableShape) -> DataFrame:
     """Each change's values as text: `after` for c/u/r, `before` for d (the key or old row)."""
+    return bronze.select(*_parsed_columns(shape))
+
+
+@built_once
+def _parsed_columns(shape: TableShape) -> tuple[Column, ...]:
     text = _text_struct(shape)
     values = F.when(F.col("op") == "d", F.from_json("before", text, JSON_OPTIONS)).otherwise(
         F.from_json("after", text, JSON_OPTIONS)
     )
     key_type = T.StructType([T.StructField(k, T.StringType()) for k in shape.key])
     old_key = F.col("headers").getItem("__debezium.oldkey")
-    return bronze.select(
-        "op", "commit_lsn", "seq",
+    return (
+        F.col("op"), F.col("commit_lsn"), F.col("seq"),
         F.col("source.ts_us").alias("_commit_ts_us"),
         F.col("source.txId").alias("_xid"),
         F.col("source.lsn").alias("_lsn"),  # the change's own LSN: for a dead letter
@@ -222,35 +228,21 @@ def typed_with(
     flag = [T.StructField(REFUSED, T.StringType())] if refusals else []
     out = T.StructType(meta + fields + old + [raw] + flag)
     convert = functools.partial(_convert_batches, shape=shape, modes=modes, schema=out)
-    fast = _fast_columns(shape, modes)
+    texts = tuple(c for c in ("_values", "_old_key") if c in inputs.columns)
+    split = _split(shape, modes, tuple(f.name for f in meta), texts, refusals=refusals)
     found = None
     refused = 0
     counted = [F.count(REFUSED).alias("__cdc_refused")] if refusals else []
-    if fast is None:
+    if split is None:
         result = inputs.mapInArrow(convert, out).localCheckpoint()
         if aggregates or refusals:
             found = result.agg(*aggregates, *counted).first()
             refused = int(found["__cdc_refused"]) if refusals and found else 0
     else:  # rows whose every value has its plain form are typed in the JVM, the rest in Python
-        exprs, plain = fast
-        texts = [c for c in ("_values", "_old_key") if c in inputs.columns]
-        # One pass types every value in the JVM (a value and its check share their expressions)
-        # and keeps the text of the rows only Python can type; later reads are of the result.
-        staged = inputs.select(
-            *[F.col(f.name) for f in meta],
-            *exprs,
-            plain.alias("__cdc_plain"),
-            *[F.when(~plain, F.col(c)).alias(c) for c in texts],
-        ).localCheckpoint()
-        quick = staged.where("__cdc_plain").select(
-            *[f.name for f in meta], *[F.col(quoted(f.name)) for f in fields + old],
-            F.create_map().cast(raw.dataType).alias("_cdc_raw"),
-            *[F.lit(None).cast("string").alias(REFUSED) for _ in flag],
-        )  # fmt: skip
-        rest = staged.where(~F.col("__cdc_plain")).select(*[f.name for f in meta], *texts)
-        found = staged.agg(
-            F.count_if(~F.col("__cdc_plain")).alias("__cdc_slow"), *aggregates
-        ).first()
+        staged = inputs.select(*split.staged).localCheckpoint()
+        quick = staged.where(split.plain).select(*split.quick)
+        rest = staged.where(~split.plain).select(*split.rest)
+        found = staged.agg(split.slow, *aggregates).first()
         if found is None or not found["__cdc_slow"]:
             result = quick
         else:
@@ -267,7 +259,51 @@ def typed_with(
     return Typed(rows, found if aggregates else None, refused)
 
 
-def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Column] | None:
+@dataclass(frozen=True)
+class _Split:
+    """`typed_with`'s selections when every column has a fast path: one pass (`staged`) types
+    every value in the JVM (a value and its check share their expressions) and keeps the text
+    of the rows only Python can type; the rows typed (`quick`) and those left (`rest`) are
+    read from its result, `slow` counts the latter."""
+
+    staged: tuple[Column, ...]
+    plain: Column
+    quick: tuple[Column, ...]
+    rest: tuple[Column, ...]
+    slow: Column
+
+
+@built_once
+def _split(
+    shape: TableShape, modes: TypeModes, meta: tuple[str, ...], texts: tuple[str, ...], *,
+    refusals: bool,
+) -> _Split | None:  # fmt: skip
+    """None when some column's type has no fast path. `meta`: the changes' own columns kept as
+    they are; `texts`: their text values (`_values`, and `_old_key` for a keyed table)."""
+    fast = _fast_columns(shape, modes)
+    if fast is None:
+        return None
+    exprs, plain = fast
+    typed_names = [c.name for c in shape.columns] + [f"_old_{k}" for k in shape.key]
+    raw = T.MapType(T.StringType(), T.StringType())
+    plain_row = F.col("__cdc_plain")
+    return _Split(
+        staged=(
+            *[F.col(m) for m in meta], *exprs, plain.alias("__cdc_plain"),
+            *[F.when(~plain, F.col(c)).alias(c) for c in texts],
+        ),
+        plain=plain_row,
+        quick=(
+            *[F.col(m) for m in meta], *[F.col(quoted(n)) for n in typed_names],
+            F.create_map().cast(raw).alias("_cdc_raw"),
+            *([F.lit(None).cast("string").alias(REFUSED)] if refusals else []),
+        ),
+        rest=(*[F.col(m) for m in meta], *[F.col(c) for c in texts]),
+        slow=F.count_if(~plain_row).alias("__cdc_slow"),
+    )  # fmt: skip
+
+
+def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[tuple[Column, ...], Column] | None:
     """JVM expressions for every typed column (and old key), and the condition under which they
     are all exact; None when some column's type has no fast path."""
     exprs: list[Column] = []
@@ -282,7 +318,7 @@ def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[list[Column], Co
             return None
         exprs.append(value.alias(name))
         plain.append(text.isNull() | value.isNotNull())
-    return exprs, F.coalesce(all_of(plain), F.lit(False))
+    return tuple(exprs), F.coalesce(all_of(plain), F.lit(False))
 
 
 def all_of(conditions: list[Column]) -> Column:

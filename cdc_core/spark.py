@@ -10,6 +10,7 @@ its driver class loader before the SparkContext exists, and shipped to executors
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -28,6 +29,7 @@ from cdc_core.jars import default_coordinates, hadoop_aws_coordinate, resolve, w
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -158,6 +160,28 @@ def each_in_session(
         futures = [pool.submit(run, item) for item in items]
         wait(futures)
     return [f.result() for f in futures]
+
+
+def built_once(build: Callable[P, R]) -> Callable[P, R]:
+    """`build`, a pure builder of Spark expressions (hashable arguments, a result nobody
+    changes), run once per arguments. Each column operation is a Py4J round trip (a `F.col` is
+    several), and every batch built the same expressions for each mirror again: 3,700 round
+    trips for a mirror's one-change batch, 830 with them kept, on the driver's Python side that
+    the mirrors merged at once share (README, "Freshness"). An expression only names columns (a
+    Spark 4 `Column` is its unresolved node), so it serves any DataFrame of any session and
+    thread; the JVM gateway is part of the key, so a new JVM builds anew. Threads that miss at
+    once may each build: the same expressions, one kept."""
+    kept = functools.lru_cache(maxsize=512)(
+        lambda gateway, args, kwargs: build(*args, **dict(kwargs))
+    )
+
+    @functools.wraps(build)
+    def cached(*args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = kept(SparkContext._gateway, args, tuple(sorted(kwargs.items())))
+        return result
+
+    cached.cache_clear = kept.cache_clear  # type: ignore[attr-defined]
+    return cached
 
 
 def _launched_by_spark_submit() -> bool:

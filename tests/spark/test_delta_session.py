@@ -110,6 +110,35 @@ def test_each_in_session_keeps_commit_settings_per_thread_and_runs_every_item(
     ]
 
 
+def test_expressions_built_once_serve_any_dataframe_of_any_session_and_thread(
+    spark: SparkSession,
+) -> None:
+    """`built_once` keeps a builder's Spark expressions per arguments: one set, built once,
+    types the DataFrames of every thread's own session at once, each by its own columns."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    from cdc_core.spark import built_once, each_in_session
+
+    builds: list[tuple[str, int]] = []
+
+    @built_once
+    def shifted(name: str, *, by: int) -> tuple[Column, ...]:
+        builds.append((name, by))
+        return (F.col(name), (F.col(name) + F.lit(by)).alias(f"{name}_plus"))
+
+    def use(session: SparkSession, n: int) -> list[tuple[int, int]]:
+        rows = session.range(n).withColumnRenamed("id", "v").select(*shifted("v", by=10))
+        other = session.range(2).withColumnRenamed("id", "v").select(*shifted("v", by=10))
+        return sorted((r[0], r[1]) for r in rows.join(other, "v").collect())
+
+    assert use(spark, 1) == [(0, 10)]  # built here (threads that miss at once may each build)
+    found = each_in_session(spark, use, [3, 4, 5], threads=3)
+    assert found == [[(0, 10), (1, 11)]] * 3  # a join of two DataFrames holding the same set
+    assert spark.range(1).select(*shifted("id", by=1)).first() == (0, 1)
+    assert builds == [("v", 10), ("id", 1)]  # four sessions, eight DataFrames: one build each
+
+
 def test_a_spark_error_of_a_running_driver_is_not_taken_for_its_death(
     spark: SparkSession,
 ) -> None:
