@@ -180,7 +180,6 @@ def built_once(build: Callable[P, R]) -> Callable[P, R]:
         result: R = kept(SparkContext._gateway, args, tuple(sorted(kwargs.items())))
         return result
 
-    cached.cache_clear = kept.cache_clear  # type: ignore[attr-defined]
     return cached
 
 
