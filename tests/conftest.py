@@ -117,6 +117,8 @@ TEST_SPARK = SparkSettings(
             "spark.log.level": "WARN",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
+            # the heap conf/local.yaml gives a run: the integration tier runs ingest in it
+            "spark.driver.memory": "2g",
             # catalog tables of their own each run: one left in ./spark-warehouse by an
             # earlier run fails the next (DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION)
             "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="cdc-tests-warehouse-"),

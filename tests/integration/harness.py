@@ -1,16 +1,39 @@
-"""Pipelines in a temporary project home, and ingest run the way users run it."""
+"""Pipelines in a temporary project home, and ingest run the way users run it: as a child
+process, or as `cdc_core.jobs.ingest.main` in this test process's Spark session.
+
+A child starts a JVM, Spark and Delta from cold for a batch of a few rows: about 27-35 s a run
+on 2 cores, against 9-10 s for the same run in the session the test worker already has
+(2026-11-30). Most runs therefore run here (`Pipeline.ingest`), the way a notebook or a
+Databricks wheel task runs the job: `main` returns the exit code, the output it prints and the
+log lines it writes are what the run's stdout and stderr hold. A run that needs a process of
+its own gets a child:
+- `--continuous` (signals) and `--capture-only` (no Spark to save);
+- an environment other than the project's `conf/local.yaml`, or `--env`: a running JVM keeps
+  the settings it started with; also `TZ` or `CDC_DRIVER_MEMORY` set by the test;
+- `child=True`: what the test checks is the process itself (all it writes, the JVM's too);
+- `CDC_TEST_INGEST=child` in the environment: every run a child, as before this harness.
+Fault points (`CDC_FAULT`) kill the process they fire in: a run with one set is a child too
+(the tests that use them start their children themselves).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import io
+import logging
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import pytest
 
+from cdc_core.cli import JsonLogFormatter
 from cdc_core.lake import Lake
 from cdc_core.launch import submit_environment
 from cdc_core.lsn import Lsn
@@ -35,12 +58,34 @@ class Pipeline:
     def changes(self) -> Path:
         return self.lake.changes
 
-    def ingest(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        """`python jobs/ingest.py --pipeline p ARGS`; `--capture-only` skips Spark."""
-        return subprocess.run(
-            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args],
-            env=self.env(), cwd=self.home, capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
+    def ingest(
+        self, *args: str, timeout: float = 900, child: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """`python jobs/ingest.py --pipeline p ARGS`, in this process unless it needs a child
+        (module docstring) or `child`; `--capture-only` skips Spark."""
+        command = [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args]
+        if child or not self._runs_here(args):
+            return subprocess.run(
+                command, env=self.env(), cwd=self.home, capture_output=True, text=True,
+                timeout=timeout, check=False,
+            )  # fmt: skip
+        with _as_a_run_here(self, command, timeout) as (out, err):
+            from cdc_core.jobs import ingest
+
+            code = ingest.main(command[2:])
+        return subprocess.CompletedProcess(command, code, out.getvalue(), err.getvalue())
+
+    def _runs_here(self, args: tuple[str, ...]) -> bool:
+        if os.environ.get("CDC_TEST_INGEST") == "child" or {*args} & _CHILD_ARGS:
+            return False
+        if any(var in os.environ for var in _CHILD_ENV):
+            return False
+        conf = sorted(p.name for p in (self.home / "conf").iterdir())
+        return (
+            conf == ["local.yaml"]
+            and (self.home / "conf" / "local.yaml").read_bytes()
+            == (ROOT / "conf" / "local.yaml").read_bytes()
+        )
 
     def start_ingest(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -73,6 +118,44 @@ class Pipeline:
             ).fetchone()
         assert row is not None
         return Lsn.parse(row[0])
+
+
+_CHILD_ARGS = frozenset({"--continuous", "--capture-only", "--env"})
+_CHILD_ENV = ("TZ", "CDC_DRIVER_MEMORY", "CDC_FAULT")  # read at a JVM's start; a fault kills
+
+
+@contextlib.contextmanager
+def _as_a_run_here(
+    p: Pipeline, argv: list[str], timeout: float
+) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """A run of `argv` in this process as a child would have it: the pipeline's home as its
+    working directory and `CDC_HOME`, its prints and its log lines (JSON, as a child's are off
+    a terminal) in the buffers yielded. A run past `timeout` ends the test process with every
+    thread's traceback (a child would have been killed; a hung worker would hang the tier)."""
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(JsonLogFormatter())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)  # before the job's basicConfig, which then adds none of its own
+    root.setLevel(logging.DEBUG if "--debug" in argv else logging.INFO)
+    faulthandler.dump_traceback_later(timeout, exit=True, file=sys.__stderr__)
+    try:
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            for name, value in p.env().items():
+                if os.environ.get(name) != value:
+                    patch.setenv(name, value)
+            patch.chdir(p.home)
+            patch.setattr(sys, "argv", argv[1:])
+            yield out, err
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 def make_pipeline(

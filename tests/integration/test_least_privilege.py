@@ -53,7 +53,9 @@ def test_a_pipeline_run_as_the_least_privilege_role_never_shows_its_password(
     assert PASSWORD not in pipeline_file
 
     output = []
-    first = p.ingest()  # the snapshot's JDBC reads, the stream, a heartbeat: all as the role
+    # the snapshot's JDBC reads, the stream, a heartbeat: all as the role; a child, whose
+    # output is the whole process's (its JVM's too)
+    first = p.ingest(child=True)
     output.append(first.stdout + first.stderr)
     assert first.returncode == 0, first.stderr[-3000:]
     with psycopg.connect(dsn) as conn:

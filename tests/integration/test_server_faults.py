@@ -217,7 +217,7 @@ def _exit_75_while_items_is_locked(dsn: str, p: Pipeline) -> str:
     say): it must exit 75; returns its error line."""
     with psycopg.connect(dsn) as holder:
         holder.execute("LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
-        held = p.ingest()
+        held = p.ingest(child=True)  # the process's whole output, its JVM's too
         holder.rollback()
     assert held.returncode == 75, held.stderr[-3000:]
     return _one_error_line(held)
