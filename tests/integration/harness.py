@@ -10,7 +10,9 @@ its own gets a child:
 - `--continuous` (signals) and `--capture-only` (no Spark to save);
 - an environment other than the project's `conf/local.yaml`, or `--env`: a running JVM keeps
   the settings it started with; also `TZ` or `CDC_DRIVER_MEMORY` set by the test;
-- `child=True`: what the test checks is the process itself (all it writes, the JVM's too);
+- `child=True`: what the test checks is the process itself (all it writes, the JVM's too),
+  or its driver is meant to die (out of heap): the worker's driver would die with it, and the
+  worker's later cases after it, so an in-process run that kills it fails its case saying so;
 - `CDC_TEST_INGEST=child` in the environment: every run a child, as before this harness.
 Fault points (`CDC_FAULT`) kill the process they fire in: a run with one set is a child too
 (the tests that use them start their children themselves).
@@ -73,6 +75,12 @@ class Pipeline:
             from cdc_core.jobs import ingest
 
             code = ingest.main(command[2:])
+        if _DRIVER_DIED in err.getvalue():
+            pytest.fail(
+                "an ingest run killed the test worker's Spark driver, and every later case of this "
+                "worker fails with it: a run meant to exhaust the driver needs child=True\n"
+                + err.getvalue()[-3000:]
+            )
         return subprocess.CompletedProcess(command, code, out.getvalue(), err.getvalue())
 
     def _runs_here(self, args: tuple[str, ...]) -> bool:
@@ -120,6 +128,7 @@ class Pipeline:
         return Lsn.parse(row[0])
 
 
+_DRIVER_DIED = "the Spark driver (its JVM) died"  # cdc_core.apply.DriverDiedError
 _CHILD_ARGS = frozenset({"--continuous", "--capture-only", "--env"})
 _CHILD_ENV = ("TZ", "CDC_DRIVER_MEMORY", "CDC_FAULT")  # read at a JVM's start; a fault kills
 
