@@ -27,7 +27,7 @@ typecheck:
 unit spark integration: bootstrap
 	$(BIN)/pytest tests/$@
 
-# the crash-anywhere suite: too long for the 90-minute CI budget, so not part of `make test`
+# the crash-anywhere suite alone (`make test` runs it too): CDC_CRASH_SEED=N replays a schedule
 crash: bootstrap
 	$(BIN)/pytest -m crash -s tests/integration/test_crash.py
 

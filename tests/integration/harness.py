@@ -1,5 +1,6 @@
-"""Pipelines in a temporary project home, and ingest run the way users run it: as a child
-process, or as `cdc_core.jobs.ingest.main` in this test process's Spark session.
+"""Pipelines in a temporary project home, and ingest (and maintenance) run the way users run
+them: as a child process, or as `cdc_core.jobs.ingest.main` (`maintain.main`) in this test
+process's Spark session.
 
 A child starts a JVM, Spark and Delta from cold for a batch of a few rows: about 27-35 s a run
 on 2 cores, against 9-10 s for the same run in the session the test worker already has
@@ -28,7 +29,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,19 +66,34 @@ class Pipeline:
     ) -> subprocess.CompletedProcess[str]:
         """`python jobs/ingest.py --pipeline p ARGS`, in this process unless it needs a child
         (module docstring) or `child`; `--capture-only` skips Spark."""
-        command = [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args]
+        from cdc_core.jobs import ingest
+
+        return self._job(ingest.main, "ingest", args, timeout, child)
+
+    def maintain(
+        self, *args: str, timeout: float = 900, child: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """`python jobs/maintain.py --pipeline p ARGS`, in this process unless it needs a child
+        (as `ingest`)."""
+        from cdc_core.jobs import maintain
+
+        return self._job(maintain.main, "maintain", args, timeout, child)
+
+    def _job(
+        self, main: Callable[[Sequence[str]], int], job: str, args: tuple[str, ...],
+        timeout: float, child: bool,
+    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        command = [sys.executable, str(ROOT / "jobs" / f"{job}.py"), "--pipeline", "p", *args]
         if child or not self._runs_here(args):
             return subprocess.run(
                 command, env=self.env(), cwd=self.home, capture_output=True, text=True,
                 timeout=timeout, check=False,
             )  # fmt: skip
         with _as_a_run_here(self, command, timeout) as (out, err):
-            from cdc_core.jobs import ingest
-
-            code = ingest.main(command[2:])
+            code = main(command[2:])
         if _DRIVER_DIED in err.getvalue():
             pytest.fail(
-                "an ingest run killed the test worker's Spark driver, and every later case of this "
+                f"a {job} run killed the test worker's Spark driver, and every later case of this "
                 "worker fails with it: a run meant to exhaust the driver needs child=True\n"
                 + err.getvalue()[-3000:]
             )

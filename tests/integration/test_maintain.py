@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -22,19 +19,11 @@ from cdc_core.silver_table import sql_name
 from cdc_core.stager import staged_files
 from cdc_core.state import pruned_positions
 from tests.integration.conftest import PgServer
-from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
 from tests.integration.harness import ingest_ok as ingest
+from tests.integration.harness import make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 ITEMS, NOTES, QUIET = (TableName("public", n) for n in ("items", "notes", "quiet"))
-
-
-def maintain(p: Pipeline) -> subprocess.CompletedProcess[str]:
-    """`python jobs/maintain.py --pipeline p`, the way users run it."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "maintain.py"), "--pipeline", "p"],
-        env=p.env(), cwd=p.home, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
 
 
 def live_files(spark: SparkSession, path: str) -> int:
@@ -45,7 +34,6 @@ def parquet_files(path: str) -> int:
     return sum(1 for _ in Path(path).rglob("*.parquet"))
 
 
-@pytest.mark.slow
 def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -76,7 +64,7 @@ def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds
     files_before = {path: live_files(spark, path) for path in (p.lake.bronze, silver)}
     on_disk_before = parquet_files(silver)
 
-    run = maintain(p)
+    run = p.maintain()
 
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
@@ -106,7 +94,6 @@ def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds
     assert assert_mirror_equals_source(spark, p.lake, dsn, NOTES) == 2
 
 
-@pytest.mark.slow
 def test_bronze_retention_never_deletes_rows_silver_has_not_merged(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -137,7 +124,7 @@ def test_bronze_retention_never_deletes_rows_silver_has_not_merged(
     assert notes == 1  # and notes has no mirror yet
     total = bronze.count()
 
-    run = maintain(p)
+    run = p.maintain()
 
     assert run.returncode == 0, run.stderr[-3000:]
     bronze = spark.read.format("delta").load(p.lake.bronze)

@@ -252,7 +252,6 @@ def test_killed_snapshot_rereads_at_most_the_group_in_flight(
     assert reads_df.groupBy("source_table", "key").count().where("count > 1").count() == 0
 
 
-@pytest.mark.slow
 def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
