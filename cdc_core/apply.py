@@ -157,7 +157,7 @@ def driver_died_applying(lake: Lake, config: Config, files: list[StagedFile]) ->
     change too large for its heap (Spark holds a value several times over while it turns it
     into an envelope and a typed row). Names the largest change of the batch and the remedy."""
     said = (
-        "the Spark driver (its JVM) died while applying staged changes to bronze and silver, "
+        f"{DriverDiedError.SAID} while applying staged changes to bronze and silver, "
         + _OUT_OF_HEAP
     )
     recent = files or staged_files(lake.changes)[-20:]  # the files this batch applied or had
@@ -179,7 +179,7 @@ def driver_died_reading(config: Config, jobs: Sequence[SnapshotJob]) -> str:
     )
     threads = config.pipeline.snapshot.max_threads
     return (
-        f"the Spark driver (its JVM) died while reading snapshot chunks of {tables}, "
+        f"{DriverDiedError.SAID} while reading snapshot chunks of {tables}, "
         f"{_OUT_OF_HEAP}; a row takes several times its size in driver heap, once per chunk "
         f"being read at the same time (snapshot.max.threads, now {threads}). "
         + _more_memory(
@@ -191,5 +191,5 @@ def driver_died_reading(config: Config, jobs: Sequence[SnapshotJob]) -> str:
 def driver_died_in_batch(config: Config) -> str:
     """What to say when the driver's JVM died in a batch's other Spark work (finishing
     snapshots, the metrics table)."""
-    died = f"the Spark driver (its JVM) died during the batch, {_OUT_OF_HEAP}"
+    died = f"{DriverDiedError.SAID} during the batch, {_OUT_OF_HEAP}"
     return f"{died}. {_more_memory(config, _NOTHING_LOST)}"

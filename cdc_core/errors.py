@@ -57,6 +57,8 @@ class TerminalError(CdcError):
 class DriverDiedError(TerminalError):
     """The Spark driver's JVM died (most often out of heap); the message says the remedy."""
 
+    SAID = "the Spark driver (its JVM) died"  # how every such message begins
+
 
 class LoginError(TerminalError):
     """The server refused the connection for good (no such database or role, a wrong password,

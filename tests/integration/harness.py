@@ -37,6 +37,7 @@ import psycopg
 import pytest
 
 from cdc_core.cli import JsonLogFormatter
+from cdc_core.errors import DriverDiedError
 from cdc_core.lake import Lake
 from cdc_core.launch import submit_environment
 from cdc_core.lsn import Lsn
@@ -91,7 +92,7 @@ class Pipeline:
             )  # fmt: skip
         with _as_a_run_here(self, command, timeout) as (out, err):
             code = main(command[2:])
-        if _DRIVER_DIED in err.getvalue():
+        if DriverDiedError.SAID in err.getvalue():
             pytest.fail(
                 f"a {job} run killed the test worker's Spark driver, and every later case of this "
                 "worker fails with it: a run meant to exhaust the driver needs child=True\n"
@@ -144,7 +145,6 @@ class Pipeline:
         return Lsn.parse(row[0])
 
 
-_DRIVER_DIED = "the Spark driver (its JVM) died"  # cdc_core.apply.DriverDiedError
 _CHILD_ARGS = frozenset({"--continuous", "--capture-only", "--env"})
 _CHILD_ENV = ("TZ", "CDC_DRIVER_MEMORY", "CDC_FAULT")  # read at a JVM's start; a fault kills
 

@@ -2,8 +2,8 @@
 fails its case, saying so, instead of passing and leaving every later case of the worker to fail
 with connection refused (what `make slow`'s 100 MB cases did before their runs became children).
 
-The guard reads the run's log for the product's own words; these tests say them through the
-product's own message builder, so a rewording in `cdc_core.apply` cannot blind it quietly."""
+The guard reads the run's log for the words every such message of the product begins with
+(`DriverDiedError.SAID`); these tests say them through the product's own message builder."""
 
 from __future__ import annotations
 
