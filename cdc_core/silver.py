@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from delta.tables import DeltaMergeBuilder, DeltaTable
@@ -40,6 +41,7 @@ from cdc_core.silver_batch import (
     refusal,
     typed,
     typed_with,
+    unsent_columns,
 )
 from cdc_core.silver_shape import (
     SchemaChangeError,
@@ -615,8 +617,9 @@ def merge_typed(
 ) -> None:  # fmt: skip
     """`merge_changes` for a keyed table's changes already typed (`silver_batch.typed`)."""
     target = DeltaTable.forPath(spark, path)
+    unsent = unsent_columns(changes) if unsent is None else unsent
     source = keyed_source(changes, shape, target.toDF(), unsent, reads=reads)
-    _keyed_merge(target, source, shape, settings).execute()
+    _keyed_merge(target, source, shape, settings, unsent=unsent).execute()
 
 
 def sweep(
@@ -652,17 +655,28 @@ def _cdc_set(deleted: str) -> dict[str, str | Column]:
 
 
 def _keyed_merge(
-    target: DeltaTable, source: DataFrame, shape: TableShape, settings: SilverSettings
-) -> DeltaMergeBuilder:
+    target: DeltaTable, source: DataFrame, shape: TableShape, settings: SilverSettings, *,
+    unsent: Collection[str],
+) -> DeltaMergeBuilder:  # fmt: skip
+    """`unsent`: the columns some change of the batch did not carry. Only those can keep the
+    stored value; every other column is the change's own. (The MERGE plans an expression per
+    column: a CASE for each of 500 cost a one-change batch 18% of its time.)"""
+    unsent = frozenset(unsent)
     on = " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in shape.key)
-    keep = functools.partial(_unless_unchanged, target_side=True)
-    update: dict[str, str | Column] = {quoted(c.name): keep(c.name) for c in shape.columns}
+    update: dict[str, str | Column] = {
+        quoted(c.name): _unless_unchanged(c.name, unsent, target_side=True) for c in shape.columns
+    }
     update |= _cdc_set("false")
-    update["_cdc_raw"] = ("map_concat(map_filter(coalesce(t._cdc_raw, map()), (k, v) -> "
-                          "array_contains(s._unchanged, k)), s._cdc_raw)")  # fmt: skip
-    update["_cdc_unavailable"] = "filter(t._cdc_unavailable, c -> array_contains(s._unchanged, c))"
+    if unsent:
+        update["_cdc_raw"] = ("map_concat(map_filter(coalesce(t._cdc_raw, map()), (k, v) -> "
+                              "array_contains(s._unchanged, k)), s._cdc_raw)")  # fmt: skip
+        update["_cdc_unavailable"] = (
+            "filter(t._cdc_unavailable, c -> array_contains(s._unchanged, c))"
+        )
+    else:  # every change carried every value: nothing stored is kept
+        update |= {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "s._unchanged"}
     insert: dict[str, str | Column] = {
-        quoted(c.name): _unless_unchanged(c.name, target_side=False) for c in shape.columns
+        quoted(c.name): _unless_unchanged(c.name, unsent, target_side=False) for c in shape.columns
     }
     insert |= _cdc_set("false") | {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "s._unchanged"}
     builder = target.alias("t").merge(source.alias("s"), on)
@@ -675,11 +689,13 @@ def _keyed_merge(
     return builder.whenNotMatchedInsert("s._cdc_op <> 'd'", insert)
 
 
-def _unless_unchanged(name: str, *, target_side: bool) -> str:
+def _unless_unchanged(name: str, unsent: Collection[str], *, target_side: bool) -> str:
     """A column's new value, unless the change did not carry it (unchanged TOAST)."""
+    if name not in unsent:  # every change of the batch carried it
+        return f"s.{quoted(name)}"
     kept = f"t.{quoted(name)}" if target_side else "NULL"
-    unsent = f"array_contains(s._unchanged, {_lit(name)})"
-    return f"CASE WHEN {unsent} THEN {kept} ELSE s.{quoted(name)} END"
+    missing = f"array_contains(s._unchanged, {_lit(name)})"
+    return f"CASE WHEN {missing} THEN {kept} ELSE s.{quoted(name)} END"
 
 
 def _multiset_merge(

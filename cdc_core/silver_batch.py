@@ -467,9 +467,7 @@ def keyed_source(
     changes = (
         with_phase(changes, list(shape.key)) if reads else changes.withColumn("_phase", F.lit(1))
     )
-    resolvable = unsent
-    if resolvable is None:
-        resolvable = [r[0] for r in changes.select(F.explode("_unchanged")).distinct().collect()]
+    resolvable = unsent_columns(changes) if unsent is None else unsent
     if resolvable:
         changes = _from_earlier_changes(changes, shape, resolvable)
         changes = _across_key_changes(changes, shape, target, resolvable)
@@ -478,6 +476,11 @@ def keyed_source(
     newest = Window.partitionBy(*key).orderBy(*order)
     ranked = changes.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
     return ranked.drop("_rank", "_phase")
+
+
+def unsent_columns(changes: DataFrame) -> list[str]:
+    """The columns some of the typed `changes` did not carry (unchanged TOAST), sorted."""
+    return sorted(r[0] for r in changes.select(F.explode("_unchanged")).distinct().collect())
 
 
 def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str]) -> DataFrame:
