@@ -667,14 +667,9 @@ def _keyed_merge(
         quoted(c.name): _unless_unchanged(c.name, unsent, target_side=True) for c in shape.columns
     }
     update |= _cdc_set("false")
-    if unsent:
-        update["_cdc_raw"] = ("map_concat(map_filter(coalesce(t._cdc_raw, map()), (k, v) -> "
-                              "array_contains(s._unchanged, k)), s._cdc_raw)")  # fmt: skip
-        update["_cdc_unavailable"] = (
-            "filter(t._cdc_unavailable, c -> array_contains(s._unchanged, c))"
-        )
-    else:  # every change carried every value: nothing stored is kept
-        update |= {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "s._unchanged"}
+    update["_cdc_raw"] = ("map_concat(map_filter(coalesce(t._cdc_raw, map()), (k, v) -> "
+                          "array_contains(s._unchanged, k)), s._cdc_raw)")  # fmt: skip
+    update["_cdc_unavailable"] = "filter(t._cdc_unavailable, c -> array_contains(s._unchanged, c))"
     insert: dict[str, str | Column] = {
         quoted(c.name): _unless_unchanged(c.name, unsent, target_side=False) for c in shape.columns
     }
