@@ -6,13 +6,16 @@ For each width, a mirror of `rows` rows (a bigint key and columns of bigint, tex
 timestamptz in turn) gets `batches` batches of one UPDATE each through the product's silver
 step (JSON parsing, typing, the newest change per key, the guarded MERGE). The baseline,
 measured batch by batch in the same run, is a plain Delta MERGE (update all, insert all) of the
-same row, already typed, into a table of the same width. Prints each batch's seconds and the
-medians of the batches after the third (the JVM warms up over the first ones), and their ratio.
+same row, already typed, into a table of the same width. Both run on conf/local.yaml's Spark
+settings (what a local run of the product gets), on `local[2]`. Prints each batch's seconds and
+the medians of the batches after the third (the JVM warms up over the first ones), and their
+ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import statistics
@@ -24,7 +27,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cdc_core.config import SparkSettings
+from cdc_core.config import load_env
 from cdc_core.envelope import BRONZE, SOURCE, conformed
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pgtypes import ColumnType, SilverType
@@ -143,9 +146,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.batches <= WARM:
         parser.error(f"--batches must be more than {WARM}")
-    spark = build_spark(SparkSettings(master="local[2]", conf={
-        "spark.sql.shuffle.partitions": "8", "spark.ui.enabled": "false", "spark.driver.memory": "4g",
-        "spark.ui.showConsoleProgress": "false", "spark.log.level": "WARN"}), "bench-wide")  # fmt: skip
+    local = load_env()[0].spark  # conf/local.yaml: what a local run of the product gets
+    conf = dict(local.conf) | {"spark.driver.memory": "4g"}
+    spark = build_spark(dataclasses.replace(local, master="local[2]", conf=conf), "bench-wide")
     root = Path(tempfile.mkdtemp(prefix="cdc-bench-wide-"))
     try:
         for width in args.widths:

@@ -64,3 +64,13 @@ def test_the_freshness_benchmark_measures_a_short_window_without_calling_it_flat
     assert re.search(r"^baseline \(one change, idle pipeline\): \d+\.\d\d s", out, re.M), out
     assert re.search(r"^asked 200/s, reached \d+/s, \d+ changes: p50 \d+\.\d\d s", out, re.M), out
     assert "p50 per minute (s): -: too short to tell (it takes 3 whole minutes)" in out, out
+
+
+@pytest.mark.slow
+def test_the_wide_benchmark_ends_with_both_tables_equal_at_each_width() -> None:
+    out = bench("benchmarks/wide_merge.py", "--widths", "3", "9", "--rows", "50", "--batches", "4")
+    for width in (3, 9):
+        assert re.search(
+            rf"^{width} columns: product \d+\.\d\d s, plain MERGE \d+\.\d\d s, ratio \d+\.\d\d .*"
+            "both tables hold the same rows$", out, re.M,
+        ), out  # fmt: skip
