@@ -32,6 +32,7 @@ import psycopg
 from delta.tables import DeltaTable
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import Jsonb
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -469,6 +470,7 @@ def _read_group(
         if catch_up is not None:
             catch_up(view.position)  # the stream, staged past the read: what overtook it is known
             newer = overtaken(lake, read.table, read.primary_key, view, read.skipped)
+            newer = _leave_to_later_groups(coordinator, read, newer)
             if newer:
                 rows = _overtake(spark, rows, read, newer)
         rows = _envelopes(rows, read, view)
@@ -556,6 +558,48 @@ def _lock(conn: psycopg.Connection[tuple[object, ...]], table: TableName, timeou
             "(snapshot.lock.timeout.ms; a long ALTER TABLE, TRUNCATE or VACUUM FULL holds it); "
             "the next run tries again"
         ) from e
+
+
+def _leave_to_later_groups(
+    conn: psycopg.Connection[tuple[object, ...]], read: GroupRead, newer: Overtaken
+) -> Overtaken:
+    """`newer` without the moves to a key that a later group of this snapshot reads. That
+    group reads the row itself, at its own later place in the stream; moved into this read
+    too, the row would land twice (an order renumbered to a new id belongs to the last chunk).
+    The read's row at the old key goes, as a deleted key's does. Which chunk a key belongs
+    to is the server's to say, as it is for the chunks' own reads: the move's key values as a
+    row of the table (its types and collations), under the predicate of everything past this
+    group's last chunk. A move whose chunk key the change did not resend, or whose values the
+    server does not take as a row of the table, moves as before."""
+    upper = read.chunks[-1].upper
+    if upper is None or not read.plan.key or not newer.moved:
+        return newer
+    later = chunk_predicate(read.plan, Chunk(read.chunks[-1].number + 1, upper, None))
+    query = sql.SQL(
+        "SELECT EXISTS (SELECT FROM jsonb_populate_record(NULL::{}, %s) WHERE {})"
+    ).format(sql.Identifier(read.table.schema, read.table.name), sql.SQL(later))
+    left = [new for new, (_, values) in newer.moved.items()
+            if all(c in values for c in read.plan.key)
+            and _later(conn, query, {c: values[c] for c in read.plan.key}, read)]  # fmt: skip
+    moved = {new: move for new, move in newer.moved.items() if new not in left}
+    return dataclasses.replace(newer, moved=moved)  # the old keys are among the dropped
+
+
+def _later(
+    conn: psycopg.Connection[tuple[object, ...]], query: sql.Composed,
+    key: dict[str, str | None], read: GroupRead,
+) -> bool:  # fmt: skip
+    try:
+        with conn.transaction():  # a savepoint: the read's transaction goes on whatever happens
+            row = conn.execute(query, [Jsonb(key)]).fetchone()
+    except (psycopg.DataError, psycopg.IntegrityError) as e:
+        log.warning(
+            "snapshot of %s: a row the stream moved to key %s is kept in this read; a later "
+            "group may read it again (the server did not take the key as a row of the table: "
+            "%s)", read.table, key, e.diag.message_primary,
+        )  # fmt: skip
+        return False
+    return bool(row and row[0])
 
 
 def _overtake(spark: SparkSession, rows: DataFrame, read: GroupRead, newer: Overtaken) -> DataFrame:
