@@ -567,39 +567,36 @@ def _leave_to_later_groups(
     group reads the row itself, at its own later place in the stream; moved into this read
     too, the row would land twice (an order renumbered to a new id belongs to the last chunk).
     The read's row at the old key goes, as a deleted key's does. Which chunk a key belongs
-    to is the server's to say, as it is for the chunks' own reads: the move's key values as a
-    row of the table (its types and collations), under the predicate of everything past this
-    group's last chunk. A move whose chunk key the change did not resend, or whose values the
-    server does not take as a row of the table, moves as before."""
+    to is the server's to say, as it is for the chunks' own reads: the moves' key values as
+    rows of the table (its types and collations), under the predicate of everything past this
+    group's last chunk, in one query. A move whose chunk key the change did not resend moves
+    as before, and so do all of them if the server does not take a key as a row of the table."""
     upper = read.chunks[-1].upper
     if upper is None or not read.plan.key or not newer.moved:
         return newer
+    judged = [(new, {c: values[c] for c in read.plan.key})
+              for new, (_, values) in newer.moved.items()
+              if all(c in values for c in read.plan.key)]  # fmt: skip
+    if not judged:
+        return newer
     later = chunk_predicate(read.plan, Chunk(read.chunks[-1].number + 1, upper, None))
-    query = sql.SQL(
-        "SELECT EXISTS (SELECT FROM jsonb_populate_record(NULL::{}, %s) WHERE {})"
+    query = sql.SQL(  # the predicate's names are the record's: the innermost scope's
+        "SELECT e.n FROM jsonb_array_elements(%s) WITH ORDINALITY AS e(v, n) "
+        "WHERE EXISTS (SELECT FROM jsonb_populate_record(NULL::{}, e.v) WHERE {})"
     ).format(sql.Identifier(read.table.schema, read.table.name), sql.SQL(later))
-    left = [new for new, (_, values) in newer.moved.items()
-            if all(c in values for c in read.plan.key)
-            and _later(conn, query, {c: values[c] for c in read.plan.key}, read)]  # fmt: skip
-    moved = {new: move for new, move in newer.moved.items() if new not in left}
-    return dataclasses.replace(newer, moved=moved)  # the old keys are among the dropped
-
-
-def _later(
-    conn: psycopg.Connection[tuple[object, ...]], query: sql.Composed,
-    key: dict[str, str | None], read: GroupRead,
-) -> bool:  # fmt: skip
     try:
         with conn.transaction():  # a savepoint: the read's transaction goes on whatever happens
-            row = conn.execute(query, [Jsonb(key)]).fetchone()
+            found = conn.execute(query, [Jsonb([key for _, key in judged])]).fetchall()
     except (psycopg.DataError, psycopg.IntegrityError) as e:
         log.warning(
-            "snapshot of %s: a row the stream moved to key %s is kept in this read; a later "
-            "group may read it again (the server did not take the key as a row of the table: "
-            "%s)", read.table, key, e.diag.message_primary,
+            "snapshot of %s: %d rows the stream moved to new keys are kept in this read, and a "
+            "later group may read them again (the server did not take a key as a row of the "
+            "table: %s)", read.table, len(judged), e.diag.message_primary,
         )  # fmt: skip
-        return False
-    return bool(row and row[0])
+        return newer
+    left = {judged[int(str(n)) - 1][0] for (n,) in found}
+    moved = {new: move for new, move in newer.moved.items() if new not in left}
+    return dataclasses.replace(newer, moved=moved)  # the old keys are among the dropped
 
 
 def _overtake(spark: SparkSession, rows: DataFrame, read: GroupRead, newer: Overtaken) -> DataFrame:

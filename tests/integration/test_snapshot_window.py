@@ -19,15 +19,20 @@ from cdc_core import faults
 from cdc_core.apply import apply_staged
 from cdc_core.bronze import record_schema
 from cdc_core.capture import capture, catch_up
-from cdc_core.config import Config, load_pipeline
+from cdc_core.config import Config, Dsn, load_pipeline
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import connect
 from cdc_core.snapshot import catalog_descriptor
 from cdc_core.snapshot_plan import plan_chunks
-from cdc_core.snapshot_read import GroupRead, read_group, shared_snapshot
-from cdc_core.snapshot_window import ReadView
+from cdc_core.snapshot_read import (
+    GroupRead,
+    _leave_to_later_groups,
+    read_group,
+    shared_snapshot,
+)
+from cdc_core.snapshot_window import Overtaken, ReadView
 from tests.integration.conftest import PgServer
 from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -157,6 +162,45 @@ def test_a_row_moved_to_a_key_a_later_group_reads_is_left_to_that_groups_read(
     capture(config, lake)
     apply_staged(spark, lake, config)
     assert assert_mirror_equals_source(spark, lake, dsn, T) == 100
+
+
+def test_which_moves_are_left_to_later_groups_is_the_servers_to_say(
+    pg: PgServer, database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Keys compared as the chunks' reads compare them (text by the column's collation); a key
+    the server refuses as a row of the table leaves every move as it was, with a warning."""
+    dsn = pg.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute('CREATE TABLE named (name text COLLATE "C" PRIMARY KEY, n int)')
+        conn.execute("INSERT INTO named SELECT 'k' || i, i FROM generate_series(10, 99) i")
+        conn.execute("CREATE TABLE numbered (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO numbered SELECT generate_series(1, 90)")
+
+    def first_group(conn: psycopg.Connection[tuple[object, ...]], name: str) -> GroupRead:
+        plan = plan_chunks(conn, TableName("public", name), chunk_size=45)
+        assert len(plan.chunks) == 2, plan
+        return GroupRead("job-1", "incremental", "p", database, plan.table, plan,
+                         plan.chunks[:1], 0, None, None, 1000)  # fmt: skip
+
+    with connect(Dsn(dsn), values=True) as conn:
+        named, numbered = first_group(conn, "named"), first_group(conn, "numbered")
+        conn.execute("BEGIN")
+        moves = {("Z",): (("k10",), {"name": "Z", "n": "1"}),  # "Z" < "k" in "C": this group
+                 ("z",): (("k11",), {"name": "z"}),  # after every "k..": the later group's
+                 ("k12x",): (("k12",), {"n": "5"})}  # the key not resent: it stays  # fmt: skip
+        newer = Overtaken(dropped={("k10",), ("k11",), ("k12",)}, moved=dict(moves))
+        left = _leave_to_later_groups(conn, named, newer)
+        assert set(left.moved) == {("Z",), ("k12x",)}
+        assert left.dropped == newer.dropped  # the read's rows at the old keys go either way
+
+        odd = Overtaken(dropped={("1",), ("2",)},
+                        moved={("500",): (("1",), {"id": "500"}), ("x",): (("2",), {"id": "x"})})  # fmt: skip
+        assert set(_leave_to_later_groups(conn, numbered, odd).moved) == {("500",), ("x",)}
+        assert "later group may read them again" in caplog.text
+        assert "invalid input syntax for type integer" in caplog.text
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the read's transaction goes on
+        odd.moved.pop(("x",))
+        assert _leave_to_later_groups(conn, numbered, odd).moved == {}
 
 
 def _queued(dsn: str, ddl: str) -> threading.Thread:
