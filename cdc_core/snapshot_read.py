@@ -32,7 +32,6 @@ import psycopg
 from delta.tables import DeltaTable
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.types.json import Jsonb
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -55,7 +54,7 @@ from cdc_core.pg.catalog import own_rows
 from cdc_core.pg.connect import VALUE_OPTIONS, connect, session_init
 from cdc_core.snapshot import SnapshotJob, TableSnapshot, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
-from cdc_core.snapshot_window import Key, Overtaken, ReadView, overtaken
+from cdc_core.snapshot_window import Key, Overtaken, ReadView, departures, overtaken
 from cdc_core.transient import as_transient
 
 log = logging.getLogger("cdc_core.snapshot")
@@ -81,6 +80,7 @@ class GroupRead:
     keys: KeyColumns = NO_KEYS  # message.key.columns
     rules: ColumnRules = NO_RULES  # column filters and transforms
     skipped: frozenset[str] = frozenset()  # skipped.operations: stream events bronze never gets
+    since: int | None = None  # the WAL position before the table's first read in the job
 
     @property
     def app_id(self) -> str:
@@ -195,15 +195,38 @@ def _chunk_query(
     read: GroupRead, chunk: Chunk, source: sql.Composable,
     conn: psycopg.Connection[tuple[object, ...]],
 ) -> str:  # fmt: skip
+    return _query(read, chunk_predicate(read.plan, chunk), source, conn)
+
+
+def _keys_query(
+    read: GroupRead, keys: Sequence[Key], source: sql.Composable,
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> str:  # fmt: skip
+    """The read's query for the rows of `keys` (primary-key values as text), wherever their
+    chunks are: the keys as rows of the table, so the server compares them as it does rows."""
+    names = sql.SQL(", ").join(sql.Identifier(c) for c in read.primary_key)
+    rows = [dict(zip(read.primary_key, k, strict=True)) for k in keys]
+    among = sql.SQL("({}) IN (SELECT {} FROM jsonb_populate_recordset(NULL::{}, {}::jsonb))")
+    predicate = among.format(
+        names,
+        names,
+        sql.Identifier(read.table.schema, read.table.name),
+        sql.Literal(json.dumps(rows)),
+    )
+    return _query(read, predicate.as_string(conn), source, conn)
+
+
+def _query(
+    read: GroupRead, predicate: str, source: sql.Composable,
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> str:  # fmt: skip
     texts = sql.SQL(", ").join(
         sql.SQL("CASE WHEN {0}::text IS NULL THEN NULL ELSE format('%s', {0}) END AS {0}").format(
             sql.Identifier(c)
         )
         for c in read.columns
     )  # ::text IS NULL: a composite whose fields are all NULL is not NULL itself
-    where = [chunk_predicate(read.plan, chunk)] + (
-        [f"({read.condition})"] if read.condition else []
-    )
+    where = [predicate] + ([f"({read.condition})"] if read.condition else [])
     query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
         texts, source, sql.SQL(" AND ".join(where))
     )
@@ -455,24 +478,18 @@ def _read_group(
         }
         source = _source(read, coordinator)
         _lock_what_it_reads(coordinator, read, source, lock_timeout_ms, shared=shared is not None)
-        with _giving_way():  # Spark resolves each chunk's columns here, on a reader's session
-            frames = [
-                spark.read.jdbc(
-                    url,
-                    f"({_chunk_query(read, c, source, coordinator)}) AS cdc_chunk",
-                    properties=props,
-                )
-                for c in read.chunks
-            ]
+        chunks = [_chunk_query(read, c, source, coordinator) for c in read.chunks]
+        frames = _frames(spark, url, props, chunks)
+        newer = Overtaken()
+        if catch_up is not None:
+            catch_up(view.position)  # the stream, staged past the read: what overtook it is known
+            newer, moved = _with_the_stream(spark, lake, coordinator, read, view, source=source)
+            frames += _frames(spark, url, props, moved)
         rows = _union(frames)
         if plan is not None and plan.transforms:  # values rewritten before anything lands
             rows = _transformed(rows, plan)
-        if catch_up is not None:
-            catch_up(view.position)  # the stream, staged past the read: what overtook it is known
-            newer = overtaken(lake, read.table, read.primary_key, view, read.skipped)
-            newer = _leave_to_later_groups(coordinator, read, newer)
-            if newer:
-                rows = _overtake(spark, rows, read, newer)
+        if newer:
+            rows = _overtake(spark, rows, read, newer)
         rows = _envelopes(rows, read, view)
         faults.point("window.high_watermark")
         ensure_bronze(spark, lake)
@@ -496,6 +513,13 @@ def _read_group(
     finally:
         coordinator.close()  # ends the transaction, and with it the exported snapshot
     return view, count, shape
+
+
+def _frames(
+    spark: SparkSession, url: str, props: dict[str, str], queries: Sequence[str]
+) -> list[DataFrame]:
+    with _giving_way():  # Spark resolves each query's columns here, on a reader's session
+        return [spark.read.jdbc(url, f"({q}) AS cdc_chunk", properties=props) for q in queries]
 
 
 @contextlib.contextmanager
@@ -560,6 +584,19 @@ def _lock(conn: psycopg.Connection[tuple[object, ...]], table: TableName, timeou
         ) from e
 
 
+def _with_the_stream(
+    spark: SparkSession, lake: Lake, conn: psycopg.Connection[tuple[object, ...]],
+    read: GroupRead, view: ReadView, *, source: sql.Composable,
+) -> tuple[Overtaken, list[str]]:  # fmt: skip
+    """What the stream, staged past the read, changes in it: the changes that overtook it
+    (`cdc_core.snapshot_window`), and the query for the rows that left its chunks for keys
+    read before (`_read_where_they_went`), read under the same snapshot, in the same commit."""
+    newer = overtaken(lake, read.table, read.primary_key, view, read.skipped)
+    newer = _leave_to_later_groups(conn, read, newer)
+    departed = _read_where_they_went(spark, lake, conn, read, view)
+    return newer, [_keys_query(read, departed, source, conn)] if departed else []
+
+
 def _leave_to_later_groups(
     conn: psycopg.Connection[tuple[object, ...]], read: GroupRead, newer: Overtaken
 ) -> Overtaken:
@@ -567,10 +604,9 @@ def _leave_to_later_groups(
     group reads the row itself, at its own later place in the stream; moved into this read
     too, the row would land twice (an order renumbered to a new id belongs to the last chunk).
     The read's row at the old key goes, as a deleted key's does. Which chunk a key belongs
-    to is the server's to say, as it is for the chunks' own reads: the moves' key values as
-    rows of the table (its types and collations), under the predicate of everything past this
-    group's last chunk, in one query. A move whose chunk key the change did not resend moves
-    as before, and so do all of them if the server does not take a key as a row of the table."""
+    to is the server's to say (`_judged`). A move whose chunk key the change did not resend
+    moves as before, and so do all of them if the server does not take a key as a row of the
+    table."""
     upper = read.chunks[-1].upper
     if upper is None or not read.plan.key or not newer.moved:
         return newer
@@ -580,13 +616,8 @@ def _leave_to_later_groups(
     if not judged:
         return newer
     later = chunk_predicate(read.plan, Chunk(read.chunks[-1].number + 1, upper, None))
-    query = sql.SQL(  # the predicate's names are the record's: the innermost scope's
-        "SELECT e.n FROM jsonb_array_elements(%s) WITH ORDINALITY AS e(v, n) "
-        "WHERE EXISTS (SELECT FROM jsonb_populate_record(NULL::{}, e.v) WHERE {})"
-    ).format(sql.Identifier(read.table.schema, read.table.name), sql.SQL(later))
     try:
-        with conn.transaction():  # a savepoint: the read's transaction goes on whatever happens
-            found = conn.execute(query, [Jsonb([key for _, key in judged])]).fetchall()
+        found = _judged(conn, read.table, [{"key": key} for _, key in judged], {"key": later})
     except (psycopg.DataError, psycopg.IntegrityError) as e:
         log.warning(
             "snapshot of %s: %d rows the stream moved to new keys are kept in this read, and a "
@@ -594,9 +625,112 @@ def _leave_to_later_groups(
             "table: %s)", read.table, len(judged), e.diag.message_primary,
         )  # fmt: skip
         return newer
-    left = {judged[int(str(n)) - 1][0] for (n,) in found}
+    left = {judged[n][0] for n in found}
     moved = {new: move for new, move in newer.moved.items() if new not in left}
     return dataclasses.replace(newer, moved=moved)  # the old keys are among the dropped
+
+
+def _judged(
+    conn: psycopg.Connection[tuple[object, ...]], table: TableName,
+    items: Sequence[dict[str, dict[str, str | None]]], where: dict[str, str],
+) -> set[int]:  # fmt: skip
+    """Which of `items` meet `where`: each item names chunk-key values (as text) that must
+    meet the predicate of the same name. Which chunk a key belongs to is the server's to say,
+    as it is for the chunks' own reads: the values become rows of the table (its types and
+    collations, its NULLs), under the chunks' predicates, in one query; indexes into `items`.
+    Inside a savepoint, so the read's transaction goes on when the server does not take a
+    value as one of the table's (a DataError or IntegrityError, raised)."""
+    relation = sql.Identifier(table.schema, table.name)
+    tests = sql.SQL(" AND ").join(
+        sql.SQL("EXISTS (SELECT FROM jsonb_populate_record(NULL::{}, e.v -> {}) WHERE {})").format(
+            relation, sql.Literal(name), sql.SQL(predicate)
+        )  # the predicate's names are the record's: the innermost scope's
+        for name, predicate in where.items()
+    )
+    query = sql.SQL(
+        "SELECT e.n FROM jsonb_array_elements({}::jsonb) WITH ORDINALITY AS e(v, n) WHERE {}"
+    ).format(sql.Literal(json.dumps(list(items))), tests)  # no parameters: a % in a bound is text
+    with conn.transaction():
+        found = conn.execute(query).fetchall()
+    return {int(str(n)) - 1 for (n,) in found}
+
+
+def _read_where_they_went(
+    spark: SparkSession, lake: Lake, conn: psycopg.Connection[tuple[object, ...]],
+    read: GroupRead, view: ReadView,
+) -> list[Key]:  # fmt: skip
+    """Keys this read reads besides its chunks: rows that were in its chunks and that key
+    changes the read saw moved to keys an earlier group had already read without them, not
+    resending some values (unchanged TOASTed ones). The read does not find them at their old
+    keys, and the mirror would have them only from the stream, without those values: this read
+    reads them where they are. Not a row an earlier read of the job found there already (its
+    snapshot saw the last move), so that no key is read twice."""
+    first = read.chunks[0]
+    if read.since is None or first.lower is None or not read.plan.key or not read.primary_key:
+        return []  # the first group: no earlier read to have passed a key
+    if "c" in read.skipped:  # the stream's rows at new keys never reach the mirror
+        return []
+    chunk_key = read.plan.key
+    gone = [
+        d for d in departures(lake, read.table, view, Lsn(read.since))
+        if all(c in d.origin for c in chunk_key) and all(c in d.values for c in chunk_key)
+    ]  # fmt: skip
+    if not gone:
+        return []
+    items = [
+        {"from": {c: d.origin[c] for c in chunk_key}, "to": {c: d.values[c] for c in chunk_key}}
+        for d in gone
+    ]  # fmt: skip
+    mine = chunk_predicate(read.plan, Chunk(first.number, first.lower, read.chunks[-1].upper))
+    earlier = chunk_predicate(read.plan, Chunk(first.number - 1, None, first.lower))
+    try:
+        found = _judged(conn, read.table, items, {"from": mine, "to": earlier})
+    except (psycopg.DataError, psycopg.IntegrityError) as e:
+        log.warning(
+            "snapshot of %s: %d rows the stream moved to new keys without resending some "
+            "values are not read where they went; their mirror rows may lack those values "
+            "(the server did not take a key as a row of the table: %s)",
+            read.table, len(gone), e.diag.message_primary,
+        )  # fmt: skip
+        return []
+    wanted = [gone[n] for n in sorted(found)]
+    if not wanted:
+        return []
+    seen = _views_of_reads(spark, lake, read, [d.key for d in wanted])
+    keys = [d.key for d in wanted if not any(v.sees(d.xid) for v in seen.get(d.key, ()))]
+    if keys:
+        log.info("snapshot of %s: group %d also reads %d rows that key changes moved into "
+                 "chunks read before them, not resending some values", read.table,
+                 read.group + 1, len(keys))  # fmt: skip
+    return keys
+
+
+def _views_of_reads(
+    spark: SparkSession, lake: Lake, read: GroupRead, keys: Sequence[Key]
+) -> dict[Key, list[ReadView]]:
+    """The MVCC snapshots under which the job's reads of `read.table` found `keys`."""
+    names = [f"__cdc_k{i}" for i in range(len(read.primary_key))]
+    key_type = T.StructType([T.StructField(c, T.StringType()) for c in read.primary_key])
+    wanted = spark.createDataFrame(list(keys), T.StructType(
+        [T.StructField(n, T.StringType()) for n in names]
+    ))  # fmt: skip
+    reads = (
+        spark.read.format("delta").load(lake.bronze)
+        .where((F.col("source_table") == read.table.qualified) & (F.col("op") == "r")
+               & F.col("staged_file").startswith(f"snapshot:{read.job_id}:"))
+        .select(F.from_json("key", key_type).alias("k"), "read_view")
+    )  # fmt: skip
+    on = [reads["k"][c].eqNullSafe(wanted[n]) for c, n in zip(read.primary_key, names, strict=True)]
+    found: dict[Key, list[ReadView]] = {}
+    for row in reads.join(F.broadcast(wanted), on).collect():
+        view = row["read_view"]
+        if view is None:
+            continue
+        key = tuple(row[n] for n in names)
+        found.setdefault(key, []).append(
+            ReadView(view["xmin"], view["xmax"], tuple(view["xip"] or ()), Lsn(0), Lsn(0))
+        )
+    return found
 
 
 def _overtake(spark: SparkSession, rows: DataFrame, read: GroupRead, newer: Overtaken) -> DataFrame:
@@ -823,7 +957,7 @@ def read_jobs(
                 group = GroupRead(
                     job.id, job.kind, pipeline, database, part.table, part.plan,
                     tuple(by_number[c] for c in groups[n]), n, part.condition, part.query,
-                    fetch_size, keys=keys, rules=rules, skipped=skipped,
+                    fetch_size, keys=keys, rules=rules, skipped=skipped, since=part.first,
                 )  # fmt: skip
                 try:
                     view, rows, shape = read_group(spark, lake, dsn, group, catch_up=catch_up,

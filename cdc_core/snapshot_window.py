@@ -16,16 +16,22 @@ not resend, an unchanged TOASTed one, stays the read's: the update did not chang
 row they moved to a new key moves in the read too, keeping the values the move did not resend
 (the stream cannot know them: nothing but the read has them). Every other row stands,
 positioned after everything it saw.
+
+The other way round, a key change the read saw can take a row out of its chunks to a key an
+earlier read had already passed: the read does not find it, and the stream's row at the new
+key lacks the values the move did not resend. `departures` finds those rows, for the read to
+read them where they went.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core.bronze import staged_context
@@ -136,6 +142,70 @@ def overtaken(
     return out
 
 
+@dataclass(frozen=True)
+class Departure:
+    """A row the stream moved away from `origin` (its old key's values) to `key`, in key
+    changes that did not resend `unsent` (unchanged TOASTed values): only a read of the row
+    where it is now has those values. `xid`: the transaction of the last move."""
+
+    origin: Values
+    key: Key
+    values: Values  # what the moves sent, at the row's new place
+    unsent: frozenset[str]
+    xid: int
+
+
+def departures(lake: Lake, table: TableName, view: ReadView, since: Lsn) -> list[Departure]:
+    """The rows `table`'s key changes moved, from `since` to the read's place, in transactions
+    the read saw, each followed through later moves to where the read saw it, and kept while
+    some value is still unsent (a later move that resends a value makes it known again). The
+    read does not find such a row at its old key; if a read before it had already passed the
+    new key, the mirror gets the row only from the stream, without the values it did not send.
+    Only the staged updates that carry an old key are decoded."""
+    ends: dict[Key, Departure] = {}
+    leaving: tuple[Key, Values] | None = None
+    for row in _key_changes(lake, table, since, view.position):
+        txid = row["source"]["txId"]
+        if txid is None or not view.sees(int(txid)):
+            continue
+        headers = dict(row["headers"] or ())
+        k = _key_of(row["key"])
+        if k is None:
+            continue
+        if row["op"] == "d" and "__debezium.newkey" in headers:
+            leaving = (k, json.loads(row["before"] or "{}"))
+        elif row["op"] == "c" and "__debezium.oldkey" in headers and leaving is not None:
+            old, before = leaving
+            leaving = None
+            unsent = frozenset(row["unchanged"] or ())
+            sent = {c: v for c, v in json.loads(row["after"]).items() if c not in unsent}
+            prior = ends.pop(old, None)
+            if prior is not None:  # moved again: what is still unsent is what neither move sent
+                before, unsent = prior.origin, unsent & prior.unsent
+            if unsent:
+                ends[k] = Departure(before, k, sent, unsent, int(txid))
+    return list(ends.values())
+
+
+def _key_changes(lake: Lake, table: TableName, since: Lsn, until: Lsn) -> list[dict[str, Any]]:
+    """Envelopes of `table`'s updates that carry an old key ('K' after the relation id, or
+    after the xid of a streamed transaction's message), committed in [since, until)."""
+    out: list[dict[str, Any]] = []
+    window: list[Filter] = [("commit_lsn", ">=", since.value), ("commit_lsn", "<", until.value),
+                            ("op", "=", "u")]  # fmt: skip
+    for staged in staged_files(lake.changes):
+        if staged.end <= since or staged.start >= until:
+            continue
+        out += _changes(lake, staged, table, window, _carries_old_key)
+    return out
+
+
+def _carries_old_key(rows: pa.Table) -> pa.Table:
+    message = rows["message"]
+    marks = [pc.equal(pc.binary_slice(message, at, at + 1), b"K") for at in (5, 9)]
+    return rows.filter(pc.or_(*marks))
+
+
 def _committed_unseen(
     lake: Lake, files: Sequence[StagedFile], table: TableName, view: ReadView
 ) -> list[dict[str, Any]]:  # fmt: skip
@@ -184,9 +254,11 @@ def _from_on(xid: int) -> list[list[Filter]]:
 
 
 def _changes(
-    lake: Lake, staged: StagedFile, table: TableName, where: list[Filter]
+    lake: Lake, staged: StagedFile, table: TableName, where: list[Filter],
+    keep: Callable[[pa.Table], pa.Table] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Envelopes of `table`'s changes in one staged file that match `where`, in stream order."""
+    """Envelopes of `table`'s changes in one staged file that match `where` (and `keep`, on
+    the staged rows), in stream order."""
     ctx = staged_context(lake, staged)
     oids = sorted({oid for (oid, _), rel in ctx.relations.items()
                    if (rel.schema, rel.table) == (table.schema, table.name)})  # fmt: skip
@@ -194,6 +266,8 @@ def _changes(
         return []
     path, fs = arrow(lake.changes / str(staged))
     rows = pq.read_table(path, filters=[*where, ("relation_oid", "in", oids)], filesystem=fs)
+    if keep is not None:
+        rows = keep(rows)
     if not rows.num_rows:
         return []
     rows = rows.append_column("_file", pa.array([str(staged)] * rows.num_rows, pa.string()))

@@ -54,6 +54,18 @@ def _items(dsn: str, tmp_path: Path, toasted: tuple[int, ...]) -> tuple[Pipeline
     return p, load_pipeline("p", "local", home=tmp_path)
 
 
+def _read_once(spark: SparkSession, p: Pipeline) -> dict[int, str | None]:
+    """The snapshot's reads in bronze, id -> big, each id read once."""
+    reads = (
+        spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
+        .select(F.get_json_object("after", "$.id").cast("int").alias("id"),
+                F.get_json_object("after", "$.big").alias("big")).collect()
+    )  # fmt: skip
+    ids = [r["id"] for r in reads]
+    assert len(ids) == len(set(ids)), sorted(ids)  # every row read once
+    return {r["id"]: r["big"] for r in reads}
+
+
 def test_a_transaction_the_read_missed_overtakes_its_rows(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -146,17 +158,64 @@ def test_a_row_moved_to_a_key_a_later_group_reads_is_left_to_that_groups_read(
     assert not first.sees(int(row[0])), "the transaction was in flight for the first read"
     read(1)
 
-    reads = (
-        spark.read.format("delta").load(lake.bronze).where(F.col("op") == "r")
-        .select(F.get_json_object("after", "$.id").cast("int").alias("id"),
-                F.get_json_object("after", "$.big").alias("big")).collect()
-    )  # fmt: skip
-    ids = [r["id"] for r in reads]
-    assert len(ids) == len(set(ids)) == 100, sorted(ids)  # every row read once
-    assert set(ids) == (set(range(1, 101)) - {10, 12}) | {1010, -12}
-    big = {r["id"]: r["big"] for r in reads}
+    big = _read_once(spark, p)
+    assert set(big) == (set(range(1, 101)) - {10, 12}) | {1010, -12}
     assert big[-12] == BIG + "12"  # moved within the read: the value the move did not resend
     assert big[1010] == BIG + "10"  # read whole by the later group
+
+    record_schema(lake, shape, first.position.value)
+    capture(config, lake)
+    apply_staged(spark, lake, config)
+    assert assert_mirror_equals_source(spark, lake, dsn, T) == 100
+
+
+def test_a_row_moved_out_of_a_chunk_not_yet_read_into_one_read_before_is_read_where_it_went(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A key change the second group's read saw took rows out of its chunk to keys the first
+    group had read before them, without resending an out-of-line value: the mirror has them
+    only from the stream, without that value, and no chunk would read them. The second read
+    reads them where they went (a chain of moves followed to its end), but not a row the
+    first read found there already, nor one whose move resent everything."""
+    dsn = pg.dsn(database)
+    p, config = _items(dsn, tmp_path, (60, 70, 90))
+    lake = p.lake
+    with connect(config.pipeline.source.dsn, values=True) as conn:
+        plan = plan_chunks(conn, T, chunk_size=50)
+        shape = catalog_descriptor(conn, T)
+    assert len(plan.chunks) == 2, plan
+
+    def read(group: int, since: int | None) -> ReadView:
+        chunks = plan.chunks[group : group + 1]
+        view, _, _ = read_group(
+            spark, lake, config.pipeline.source.dsn,
+            GroupRead("job-1", "incremental", "p", database, T, plan, chunks, group, None, None,
+                      1000, since=since),
+            catch_up=lambda at: catch_up(config, lake, at),
+        )  # fmt: skip
+        assert isinstance(view, ReadView)
+        return view
+
+    def execute(*statements: str) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(statement)
+
+    # inside the first read's window, seen by it: it reads -90 whole
+    seen = "UPDATE items SET id = -90 WHERE id = 90"
+    with faults.hooked("window.low_watermark", lambda: execute(seen)):
+        first = read(0, None)
+    execute(
+        "UPDATE items SET id = -60 WHERE id = 60",  # after the first read: nothing has big
+        "UPDATE items SET id = -70 WHERE id = 70",
+        "UPDATE items SET id = -71 WHERE id = -70",  # moved on: read where it ends
+        "UPDATE items SET id = -85 WHERE id = 85",  # no out-of-line value: the move sent all
+    )
+    read(1, first.before.value)
+
+    big = _read_once(spark, p)
+    assert set(big) == (set(range(1, 101)) - {60, 70, 85, 90}) | {-90, -60, -71}
+    assert (big[-60], big[-71], big[-90]) == (BIG + "60", BIG + "70", BIG + "90")
 
     record_schema(lake, shape, first.position.value)
     capture(config, lake)
