@@ -226,12 +226,13 @@ def test_a_row_moved_out_of_a_chunk_not_yet_read_into_one_read_before_is_read_wh
 def test_which_moves_are_left_to_later_groups_is_the_servers_to_say(
     pg: PgServer, database: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Keys compared as the chunks' reads compare them (text by the column's collation); a key
-    the server refuses as a row of the table leaves every move as it was, with a warning."""
+    """Keys compared as the chunks' reads compare them (text by the column's collation; a %
+    in a chunk's bound is text, not a parameter); a key the server refuses as a row of the
+    table leaves every move as it was, with a warning."""
     dsn = pg.dsn(database)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute('CREATE TABLE named (name text COLLATE "C" PRIMARY KEY, n int)')
-        conn.execute("INSERT INTO named SELECT 'k' || i, i FROM generate_series(10, 99) i")
+        conn.execute("INSERT INTO named SELECT 'k%' || i, i FROM generate_series(10, 99) i")
         conn.execute("CREATE TABLE numbered (id int PRIMARY KEY)")
         conn.execute("INSERT INTO numbered SELECT generate_series(1, 90)")
 
@@ -244,12 +245,12 @@ def test_which_moves_are_left_to_later_groups_is_the_servers_to_say(
     with connect(Dsn(dsn), values=True) as conn:
         named, numbered = first_group(conn, "named"), first_group(conn, "numbered")
         conn.execute("BEGIN")
-        moves = {("Z",): (("k10",), {"name": "Z", "n": "1"}),  # "Z" < "k" in "C": this group
-                 ("z",): (("k11",), {"name": "z"}),  # after every "k..": the later group's
-                 ("k12x",): (("k12",), {"n": "5"})}  # the key not resent: it stays  # fmt: skip
-        newer = Overtaken(dropped={("k10",), ("k11",), ("k12",)}, moved=dict(moves))
+        moves = {("Z",): (("k%10",), {"name": "Z", "n": "1"}),  # "Z" < "k" in "C": this group
+                 ("z",): (("k%11",), {"name": "z"}),  # after every "k..": the later group's
+                 ("k%12x",): (("k%12",), {"n": "5"})}  # the key not resent: it stays  # fmt: skip
+        newer = Overtaken(dropped={("k%10",), ("k%11",), ("k%12",)}, moved=dict(moves))
         left = _leave_to_later_groups(conn, named, newer)
-        assert set(left.moved) == {("Z",), ("k12x",)}
+        assert set(left.moved) == {("Z",), ("k%12x",)}
         assert left.dropped == newer.dropped  # the read's rows at the old keys go either way
 
         odd = Overtaken(dropped={("1",), ("2",)},
