@@ -44,7 +44,11 @@ class TableSnapshot:
     select: str | None = None  # a full SELECT instead of the table (blocking additional-conditions)
     groups_done: int = 0
     rows: int = 0
-    first: int | None = None  # WAL position before its first read: rows older are swept
+    first: int | None = None
+    """WAL position before its first read (or the first commit that read did not see, when its
+    snapshot still had running one already flushed): rows older are swept (a row changed after
+    is the stream's, and so is its delete), and key changes from here on may have moved a row
+    out of a later group's chunks to a key read before (`snapshot_window.departures`)."""
     last: int | None = None  # read position of its last group: silver has it once the stream does
     done: bool = False
     override: str | None = None  # the table's snapshot.select.statement.overrides SELECT

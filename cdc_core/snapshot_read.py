@@ -483,7 +483,8 @@ def _read_group(
         newer = Overtaken()
         if catch_up is not None:
             catch_up(view.position)  # the stream, staged past the read: what overtook it is known
-            newer, moved = _with_the_stream(spark, lake, coordinator, read, view, source=source)
+            view, newer, moved = _with_the_stream(spark, lake, coordinator, read, view,
+                                                  source=source)  # fmt: skip
             frames += _frames(spark, url, props, moved)
         rows = _union(frames)
         if plan is not None and plan.transforms:  # values rewritten before anything lands
@@ -499,6 +500,7 @@ def _read_group(
             "group": read.group,
             "before": view.before.value,  # the read's place travels with its rows
             "position": view.position.value,
+            **({"unseen_from": view.unseen_from.value} if view.unseen_from else {}),
             STAGED_END: str(applied_end(spark, lake)),
         }  # kept in reach of the history depth
         with committing(spark, metadata), _giving_way():  # the chunks are read here
@@ -587,14 +589,16 @@ def _lock(conn: psycopg.Connection[tuple[object, ...]], table: TableName, timeou
 def _with_the_stream(
     spark: SparkSession, lake: Lake, conn: psycopg.Connection[tuple[object, ...]],
     read: GroupRead, view: ReadView, *, source: sql.Composable,
-) -> tuple[Overtaken, list[str]]:  # fmt: skip
-    """What the stream, staged past the read, changes in it: the changes that overtook it
-    (`cdc_core.snapshot_window`), and the query for the rows that left its chunks for keys
-    read before (`_read_where_they_went`), read under the same snapshot, in the same commit."""
+) -> tuple[ReadView, Overtaken, list[str]]:  # fmt: skip
+    """What the stream, staged past the read, changes in it: the view with where the changes
+    it did not see begin, the changes that overtook it (`cdc_core.snapshot_window`), and the
+    query for the rows that left its chunks for keys read before (`_read_where_they_went`),
+    read under the same snapshot, in the same commit."""
     newer = overtaken(lake, read.table, read.primary_key, view, read.skipped)
     newer = _leave_to_later_groups(conn, read, newer)
     departed = _read_where_they_went(spark, lake, conn, read, view)
-    return newer, [_keys_query(read, departed, source, conn)] if departed else []
+    view = dataclasses.replace(view, unseen_from=newer.unseen_from)
+    return view, newer, [_keys_query(read, departed, source, conn)] if departed else []
 
 
 def _leave_to_later_groups(
@@ -827,7 +831,9 @@ def _landed_read(
         log.info("snapshot %s: %s group %d was committed by an earlier run; its read stands",
                  read.job_id, read.table, read.group)  # fmt: skip
         before, position = Lsn(int(meta["before"])), Lsn(int(meta["position"]))
-        return dataclasses.replace(view, before=before, position=position), rows
+        unseen = Lsn(int(meta["unseen_from"])) if "unseen_from" in meta else None
+        landed = dataclasses.replace(view, before=before, position=position, unseen_from=unseen)
+        return landed, rows
     raise TerminalError(
         f"snapshot {read.job_id}: bronze already holds group {read.group} of {read.table}, but "
         "its commit (made by an earlier version) does not say where it was read, so the "
@@ -977,7 +983,9 @@ def read_jobs(
                 faults.point("snapshot.chunk_read")
                 record_schema(lake, shape, view.position.value)  # silver types the rows by it
                 part.groups_done, part.rows = n + 1, part.rows + rows
-                part.first = view.before.value if part.first is None else part.first
+                part.first = (
+                    (view.unseen_from or view.before).value if part.first is None else part.first
+                )
                 if part.groups_done == len(groups):
                     part.last = view.position.value
                 _notify_read(notify, job, part)  # before the save: at least once, as a topic

@@ -63,6 +63,10 @@ class ReadView:
     xip: tuple[int, ...]
     position: Lsn  # after the snapshot: the read's place in the stream (high watermark)
     before: Lsn  # before the snapshot: what it did not see committed after this (low watermark)
+    unseen_from: Lsn | None = None
+    """Where the table's changes the read did not see begin in the stream, once it is staged
+    past `position`: `before`, or earlier, the commit of a transaction the snapshot had running
+    though it was already flushed (None: not known)."""
 
     @classmethod
     def parse(cls, snapshot: str, position: str, before: str) -> ReadView:
@@ -89,6 +93,7 @@ class Overtaken:
     newer: dict[Key, Values] = field(default_factory=dict)  # the read's rows get these values
     moved: dict[Key, tuple[Key, Values]] = field(default_factory=dict)
     """New key -> (the read's key it came from, the values on top): rows the read gains."""
+    unseen_from: Lsn | None = None  # the first commit the read did not see (ReadView's)
     _leaving: tuple[Key, Values] | None = field(default=None, repr=False)  # a key change's row
 
     def __bool__(self) -> bool:
@@ -131,6 +136,7 @@ def overtaken(
     files = staged_files(lake.changes)
     window = [("commit_lsn", ">=", view.before.value), ("commit_lsn", "<", view.position.value)]
     changes = _committed_unseen(lake, files, table, view)
+    out.unseen_from = Lsn(min([view.before.value, *(r["commit_lsn"] for r in changes)]))
     for staged in files:
         if staged.end <= view.before or staged.start >= view.position:
             continue

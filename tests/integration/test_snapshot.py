@@ -279,6 +279,10 @@ def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert only_job(p).tables[0].groups_done == 0
     assert _committed_groups(spark, p) == {table.qualified: {0}}  # landed, not noted
+    (landed,) = [
+        json.loads(r["userMetadata"]) for r in DeltaTable.forPath(spark, p.lake.bronze).history()
+        .select("userMetadata").collect() if "snapshot" in (r["userMetadata"] or "")
+    ]  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:  # between the two reads
         conn.execute("INSERT INTO t_reread SELECT i * 10 + 5, 'late' FROM generate_series(1, 20) i")
         conn.execute("UPDATE t_reread SET v = 'changed' WHERE id <= 100")
@@ -287,6 +291,7 @@ def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
     ingest(p)
     job = only_job(p)
     assert job.finished, job.to_json()
+    assert job.tables[0].first == landed["unseen_from"] <= landed["before"]  # the landed read's
     assert assert_mirror_equals_source(spark, p.lake, dsn, table) == 320
     reads = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
     assert reads.count() == 300  # the first read's rows, once
