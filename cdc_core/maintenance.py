@@ -55,6 +55,7 @@ from cdc_core.silver import WATERMARK as SILVER_WATERMARK
 from cdc_core.silver import reset_marker
 from cdc_core.silver_batch import after_position
 from cdc_core.silver_table import sql_name
+from cdc_core.snapshot import searched_from
 from cdc_core.spark import build_spark
 from cdc_core.stager import staged_files
 from cdc_core.state import check_owner, known_tables_file, read_json, record_pruned
@@ -134,11 +135,13 @@ class StagedReport:
     removed: int
     pending: int  # not yet in bronze: never removed
     recent: int  # in bronze, but younger than the retention or the newest file
+    held: int = 0  # in bronze and past the retention, but a snapshot under way searches them
 
     def describe(self) -> str:
+        held = f", {self.held} kept for a snapshot under way" if self.held else ""
         return (
             f"staged files: {self.removed} removed (in bronze and past the retention), "
-            f"{self.recent} in bronze kept, {self.pending} not yet in bronze kept"
+            f"{self.recent} in bronze kept{held}, {self.pending} not yet in bronze kept"
         )
 
 
@@ -183,7 +186,8 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
     pipeline, settings = config.pipeline, config.pipeline.maintenance
     spark = build_spark(config.env.spark, f"cdc-maintain-{pipeline.name}", root=lake.root)
     run = RunSettings.of(spark, config)
-    staged = remove_applied_staged(lake, applied_end(spark, lake), settings.staged_retention_hours)
+    staged = remove_applied_staged(lake, applied_end(spark, lake), settings.staged_retention_hours,
+                                   held_from=searched_from(lake))  # fmt: skip
     retention = None
     if settings.bronze_retention_days is not None:
         merged = silver_positions(spark, lake, pipeline.source.tables)
@@ -386,13 +390,19 @@ def retention_condition(merged: Mapping[str, tuple[int, int]], cutoff_ms: int) -
     return (committed < F.lit(cutoff_ms)) & done
 
 
-def remove_applied_staged(lake: Lake, applied: Lsn, retention_hours: int) -> StagedReport:
+def remove_applied_staged(
+    lake: Lake, applied: Lsn, retention_hours: int, *, held_from: int | None = None
+) -> StagedReport:
     """Remove staged files bronze holds (end at or before `applied`) and older than the
     retention, by modification time. The newest file stays: capture resumes after it and
-    recognises by it the transactions a restarted slot sends again."""
+    recognises by it the transactions a restarted slot sends again. So does every file that
+    ends after `held_from`, where a snapshot under way still searches the stream
+    (`snapshot.searched_from`): without them its later reads would miss the key changes that
+    took rows out of their chunks, and those rows would keep in the mirror no value for what
+    the changes did not resend."""
     files = staged_files(lake.changes)
     cutoff = time.time() - retention_hours * 3600
-    removed = recent = 0
+    removed = recent = held = 0
     for f in files:
         if f.end > applied:
             continue
@@ -400,10 +410,13 @@ def remove_applied_staged(lake: Lake, applied: Lsn, retention_hours: int) -> Sta
         if f == files[-1] or not _older(path, cutoff):
             recent += 1
             continue
+        if held_from is not None and f.end.value > held_from:
+            held += 1
+            continue
         path.unlink(missing_ok=True)
         removed += 1
     pending = sum(1 for f in files if f.end > applied)
-    return StagedReport(removed, pending, recent)
+    return StagedReport(removed, pending, recent, held)
 
 
 def _older(path: Location, cutoff: float) -> bool:

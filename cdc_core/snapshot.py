@@ -173,6 +173,16 @@ def load_jobs(lake: Lake) -> list[SnapshotJob]:
     return sorted(jobs, key=lambda j: j.created_us)
 
 
+def searched_from(lake: Lake) -> int | None:
+    """Where the snapshots under way still search the staged stream: the earliest `first` of
+    a table some group of a job not stopped has read, and not yet the last one. Each of
+    its later groups looks there for rows key changes took out of its chunks (a pause can
+    hold the rest of a snapshot for days); None: no such table."""
+    firsts = [t.first for j in load_jobs(lake) if not j.stopped for t in j.tables
+              if t.first is not None and t.last is None]  # fmt: skip
+    return min(firsts, default=None)
+
+
 def plan_job(
     conn: psycopg.Connection[tuple[object, ...]], kind: Kind, origin: str,
     tables: Sequence[TableName], *, chunk_size: int,

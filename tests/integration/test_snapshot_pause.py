@@ -149,3 +149,50 @@ def _wait_for_groups(p: Pipeline, proc: subprocess.Popen[str], *, at_least: int)
             return jobs[0].tables[0].groups_done
         time.sleep(0.05)
     raise AssertionError("the snapshot did not progress")
+
+
+def test_maintenance_keeps_the_stream_a_paused_snapshot_still_searches(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Paused after its first group, a snapshot's second group has yet to look in the stream
+    for rows key changes took out of its chunk to keys the first read had passed. Maintenance
+    with no staged retention runs meanwhile: it must keep the files since the first read, or
+    the row moved without its out-of-line value is never read whole."""
+    dsn = pg.dsn(database)
+    big = "x" * 20000
+    sql(
+        dsn,
+        "CREATE TABLE items (id int PRIMARY KEY, v text, big text)",
+        "ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL",  # out of line, not resent
+        "INSERT INTO items SELECT g, 'v' || g, NULL FROM generate_series(1, 100) g",
+        f"UPDATE items SET big = '{big}' WHERE id = 60",
+        signal_table_ddl(SIGNALS),
+    )
+    p = make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data",
+        snapshot_extra=f"chunk.size: 50\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
+        extra="maintenance:\n  staged_retention_hours: 0\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
+    killed = subprocess.run(  # read the first group, then died
+        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
+        env=p.env() | {"CDC_FAULT": "snapshot.chunk_done@1"}, cwd=p.home, capture_output=True,
+        text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert only_job(p).tables[0].groups_done == 1
+    send(dsn, "pause-1", "pause-snapshot")
+    sql(dsn, "UPDATE items SET id = -60 WHERE id = 60")  # from the unread chunk to the read one
+    ingest(p)  # streamed into bronze, paused
+    sql(dsn, "UPDATE items SET v = 'later' WHERE id = 1")
+    ingest(p)  # the move's file is no longer the newest
+    done = p.maintain()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "kept for a snapshot under way" in done.stdout + done.stderr
+
+    send(dsn, "resume-1", "resume-snapshot")
+    ingest(p)
+    ingest(p)
+    assert only_job(p).finished
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 100

@@ -12,8 +12,10 @@ from cdc_core.config import load_pipeline
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.maintenance import remove_applied_staged
+from cdc_core.snapshot import searched_from
 from cdc_core.stager import StagedFile
 from tests.unit.test_config import CONTRACT, load_error, write_home
+from tests.unit.test_snapshot_pause import job
 
 
 def test_maintenance_defaults_keep_bronze_and_delta_s_safety_retention(tmp_path: Path) -> None:
@@ -71,3 +73,40 @@ def test_only_old_staged_files_bronze_holds_are_removed_and_never_the_newest(
     report = remove_applied_staged(lake, Lsn(0x40), retention_hours=0)
     assert (report.removed, report.recent, report.pending) == (2, 0, 1)
     assert (lake.changes / str(waiting)).exists(), "not yet in bronze"
+
+
+def test_staged_files_a_snapshot_under_way_still_searches_are_kept(tmp_path: Path) -> None:
+    """A paused snapshot's later groups search the stream from its first read on for rows key
+    changes took out of their chunks: maintenance keeps those files past the retention."""
+    lake = Lake(str(tmp_path))
+    before = _staged(lake, 0x10, 0x20, 7200)
+    during = [_staged(lake, 0x20, 0x30, 7200), _staged(lake, 0x30, 0x40, 7200)]
+    newest = _staged(lake, 0x40, 0x50, 7200)
+    first = job()  # read its first group at 0x20: the file ending there holds nothing after
+    first.tables[0].first = 0x20
+    later = job(ident="job-2")  # read from 0x30 on
+    later.tables[0].first = 0x30
+    for j in (first, later):
+        j.save(lake)
+    assert searched_from(lake) == 0x20
+
+    report = remove_applied_staged(lake, Lsn(0x50), retention_hours=0, held_from=0x20)
+    assert (report.removed, report.held, report.recent, report.pending) == (1, 2, 1, 0)
+    assert not (lake.changes / str(before)).exists()
+    assert all((lake.changes / str(f)).exists() for f in [*during, newest])
+    assert "2 kept for a snapshot under way" in report.describe()
+
+
+@pytest.mark.parametrize("done", ["stopped", "last group read", "no group read"])
+def test_a_snapshot_that_reads_no_more_holds_no_staged_file(tmp_path: Path, done: str) -> None:
+    lake = Lake(str(tmp_path))
+    j = job()
+    j.tables[0].first = 0x20
+    if done == "stopped":
+        j.stopped = True
+    elif done == "last group read":
+        j.tables[0].last = 0x60
+    else:
+        j.tables[0].first = None
+    j.save(lake)
+    assert searched_from(lake) is None
