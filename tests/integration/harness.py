@@ -112,6 +112,17 @@ class Pipeline:
             == (ROOT / "conf" / "local.yaml").read_bytes()
         )
 
+    def ingest_with_fault(
+        self, fault: str, *args: str, timeout: float = 900
+    ) -> subprocess.CompletedProcess[str]:
+        """`python jobs/ingest.py --pipeline p ARGS` in a child with `CDC_FAULT=fault` set: a
+        fault point kills the process it fires in (`cdc_core.faults`)."""
+        return subprocess.run(
+            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args],
+            env=self.env() | {"CDC_FAULT": fault}, cwd=self.home, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+
     def start_ingest(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args],

@@ -60,11 +60,7 @@ def run_with_fault(p: Pipeline, fault: str, kills: Kills) -> None:
     finish (the point was not reached) or a retryable exit 75 is a failure."""
     for _ in range(5):
         began = time.monotonic()
-        run = subprocess.run(
-            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-            env=p.env() | {"CDC_FAULT": fault}, cwd=p.home, capture_output=True, text=True,
-            timeout=600, check=False,
-        )  # fmt: skip
+        run = p.ingest_with_fault(fault, timeout=600)
         print(f"{fault}: exit {run.returncode} after {time.monotonic() - began:.1f} s", flush=True)
         if run.returncode == 75:
             kills.busy += 1
@@ -207,11 +203,7 @@ def assert_bronze_holds_each_change_once(
 def test_a_fault_point_that_does_not_exist_is_refused(tmp_path: Path, pg: PgServer) -> None:
     """A misspelt point would make every crash case pass without a crash."""
     p = make_pipeline(tmp_path, pg.dsn(), ["public.t"])
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-        env=p.env() | {"CDC_FAULT": "bronze.before_comit@1"}, cwd=p.home, capture_output=True,
-        text=True, timeout=120, check=False,
-    )  # fmt: skip
+    run = p.ingest_with_fault("bronze.before_comit@1", timeout=120)
     assert run.returncode == 2, run.stderr
     assert "CDC_FAULT='bronze.before_comit@1'" in run.stderr
     assert "bronze.before_commit" in run.stderr  # the list of the points that exist

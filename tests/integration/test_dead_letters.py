@@ -4,8 +4,6 @@ a table without a key under warn is mirrored exactly."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from pyspark.sql import SparkSession
 from cdc_core.identifiers import TableName
 from cdc_core.metrics import last_batch
 from tests.integration.conftest import PgServer
-from tests.integration.harness import ROOT, make_pipeline, sql
+from tests.integration.harness import make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 PERIODS = TableName("public", "periods")
@@ -35,11 +33,7 @@ def test_a_key_silver_cannot_hold_is_set_aside_once_and_the_rest_applied(
         "UPDATE periods SET note = 'reopened' WHERE id = 1")  # fmt: skip
 
     # killed once the dead letter is written, before the mirror's MERGE moves its watermark
-    killed = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-        env=p.env() | {"CDC_FAULT": "silver.dead_letters"}, cwd=p.home, capture_output=True,
-        text=True, timeout=900, check=False,
-    )  # fmt: skip
+    killed = p.ingest_with_fault("silver.dead_letters")
     assert "fault injected: silver.dead_letters@1" in killed.stderr, killed.stderr[-2000:]
     letters = spark.read.format("delta").load(p.lake.dead_letters)
     assert letters.count() == 1

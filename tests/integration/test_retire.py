@@ -5,8 +5,6 @@ changes the slot holds that are not in the lake, staged files not yet in bronze.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from cdc_core.pg.replication import StreamSource
 from cdc_core.run_lock import run_lock
 from cdc_core.state import retired_file, stream_file
 from tests.integration.conftest import PgServer
-from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
+from tests.integration.harness import Pipeline, make_pipeline, sql
 
 
 def slot_row(dsn: str, slot: str) -> tuple[object, ...] | None:
@@ -38,11 +36,7 @@ def publication_exists(dsn: str, name: str) -> bool:
 
 def capture_killed_after_staging(p: Pipeline) -> None:
     """A capture killed once a change file is published, before the slot is confirmed past it."""
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", "--capture-only"],
-        env=p.env() | {"CDC_FAULT": "stager.after_publish"}, cwd=p.home, capture_output=True,
-        text=True, timeout=300, check=False,
-    )  # fmt: skip
+    run = p.ingest_with_fault("stager.after_publish", "--capture-only", timeout=300)
     assert "fault injected: stager.after_publish" in run.stderr, run.stderr[-2000:]
 
 

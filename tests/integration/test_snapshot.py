@@ -271,11 +271,7 @@ def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
         snapshot="initial",
         snapshot_extra="chunk.size: 100\nmax.threads: 8\n",
     )  # one group
-    killed = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-        env=p.env() | {"CDC_FAULT": "snapshot.chunk_read@1"}, cwd=p.home, capture_output=True,
-        text=True, timeout=900, check=False,
-    )  # fmt: skip
+    killed = p.ingest_with_fault("snapshot.chunk_read@1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert only_job(p).tables[0].groups_done == 0
     assert _committed_groups(spark, p) == {table.qualified: {0}}  # landed, not noted

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from cdc_core.signals import signal_table_ddl
 from cdc_core.snapshot import SnapshotJob, load_jobs
 from cdc_core.status import read_snapshots
 from tests.integration.conftest import PgServer
-from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
+from tests.integration.harness import Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 SIGNALS = TableName("public", "cdc_signal")
@@ -64,11 +63,7 @@ def test_a_paused_incremental_snapshot_streams_and_resumes_with_its_next_chunk(
     )  # fmt: skip
     assert p.ingest("--capture-only").returncode == 0  # the slot: rows before it need a snapshot
     send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
-    killed = subprocess.run(  # a run that read three groups of the snapshot, then died
-        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-        env=p.env() | {"CDC_FAULT": "snapshot.chunk_done@3"}, cwd=p.home, capture_output=True,
-        text=True, timeout=900, check=False,
-    )  # fmt: skip
+    killed = p.ingest_with_fault("snapshot.chunk_done@3")  # read three groups, then died
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     groups = len(only_job(p).tables[0].groups(1))
     assert only_job(p).tables[0].groups_done == 3
@@ -175,11 +170,7 @@ def test_maintenance_keeps_the_stream_a_paused_snapshot_still_searches(
     )  # fmt: skip
     assert p.ingest("--capture-only").returncode == 0
     send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
-    killed = subprocess.run(  # read the first group, then died
-        [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p"],
-        env=p.env() | {"CDC_FAULT": "snapshot.chunk_done@1"}, cwd=p.home, capture_output=True,
-        text=True, timeout=900, check=False,
-    )  # fmt: skip
+    killed = p.ingest_with_fault("snapshot.chunk_done@1")  # read the first group, then died
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert only_job(p).tables[0].groups_done == 1
     send(dsn, "pause-1", "pause-snapshot")
