@@ -146,6 +146,30 @@ def _wait_for_groups(p: Pipeline, proc: subprocess.Popen[str], *, at_least: int)
     raise AssertionError("the snapshot did not progress")
 
 
+def _first_group_read(dsn: str, tmp_path: Path, snapshot: str, extra: str = "") -> Pipeline:
+    """`items` (ids and surrogate keys 1-100, row 60 with a value stored out of line, which an
+    update that does not touch it does not resend) in two chunks of 50; a run reads the first
+    group of the snapshot `snapshot` (an execute-snapshot payload) asks for, then dies."""
+    sql(
+        dsn,
+        "CREATE TABLE items (id int PRIMARY KEY, sk int UNIQUE, v text, big text)",
+        "ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL",
+        "INSERT INTO items SELECT g, g, 'v' || g, NULL FROM generate_series(1, 100) g",
+        f"UPDATE items SET big = '{'x' * 20000}' WHERE id = 60",
+        signal_table_ddl(SIGNALS),
+    )
+    p = make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data", extra=extra,
+        snapshot_extra=f"chunk.size: 50\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    send(dsn, "snap-1", "execute-snapshot", snapshot)
+    killed = p.ingest_with_fault("snapshot.chunk_done@1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert only_job(p).tables[0].groups_done == 1
+    return p
+
+
 def test_maintenance_keeps_the_stream_a_paused_snapshot_still_searches(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -154,25 +178,8 @@ def test_maintenance_keeps_the_stream_a_paused_snapshot_still_searches(
     with no staged retention runs meanwhile: it must keep the files since the first read, or
     the row moved without its out-of-line value is never read whole."""
     dsn = pg.dsn(database)
-    big = "x" * 20000
-    sql(
-        dsn,
-        "CREATE TABLE items (id int PRIMARY KEY, v text, big text)",
-        "ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL",  # out of line, not resent
-        "INSERT INTO items SELECT g, 'v' || g, NULL FROM generate_series(1, 100) g",
-        f"UPDATE items SET big = '{big}' WHERE id = 60",
-        signal_table_ddl(SIGNALS),
-    )
-    p = make_pipeline(
-        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data",
-        snapshot_extra=f"chunk.size: 50\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
-        extra="maintenance:\n  staged_retention_hours: 0\n",
-    )  # fmt: skip
-    assert p.ingest("--capture-only").returncode == 0
-    send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
-    killed = p.ingest_with_fault("snapshot.chunk_done@1")  # read the first group, then died
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert only_job(p).tables[0].groups_done == 1
+    p = _first_group_read(dsn, tmp_path, '{"data-collections": ["public.items"]}',
+                          extra="maintenance:\n  staged_retention_hours: 0\n")  # fmt: skip
     send(dsn, "pause-1", "pause-snapshot")
     sql(dsn, "UPDATE items SET id = -60 WHERE id = 60")  # from the unread chunk to the read one
     ingest(p)  # streamed into bronze, paused
@@ -198,24 +205,9 @@ def test_a_row_a_surrogate_key_change_moved_into_a_chunk_read_before_is_named_an
     whole, and the mirror has it only from the stream, without that value. The snapshot's end
     says so, with the row; the remedy it names makes the mirror equal the source."""
     dsn = pg.dsn(database)
-    big = "x" * 20000
-    sql(
-        dsn,
-        "CREATE TABLE items (id int PRIMARY KEY, sk int UNIQUE, v text, big text)",
-        "ALTER TABLE items ALTER COLUMN big SET STORAGE EXTERNAL",  # out of line, not resent
-        "INSERT INTO items SELECT g, g, 'v' || g, NULL FROM generate_series(1, 100) g",
-        f"UPDATE items SET big = '{big}' WHERE id = 60",
-        signal_table_ddl(SIGNALS),
+    p = _first_group_read(
+        dsn, tmp_path, '{"data-collections": ["public.items"], "surrogate-key": "sk"}'
     )
-    p = make_pipeline(
-        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data",
-        snapshot_extra=f"chunk.size: 50\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
-    )  # fmt: skip
-    assert p.ingest("--capture-only").returncode == 0
-    send(dsn, "snap-1", "execute-snapshot",
-         '{"data-collections": ["public.items"], "surrogate-key": "sk"}')  # fmt: skip
-    killed = p.ingest_with_fault("snapshot.chunk_done@1")  # read the first group, then died
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     sql(dsn, "UPDATE items SET sk = -60 WHERE id = 60")  # from the unread chunk to the read one
     logged = ingest(p) + ingest(p)
     assert only_job(p).finished
