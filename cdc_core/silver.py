@@ -669,11 +669,15 @@ def _keyed_merge(
     update |= _cdc_set("false")
     update["_cdc_raw"] = ("map_concat(map_filter(coalesce(t._cdc_raw, map()), (k, v) -> "
                           "array_contains(s._unchanged, k)), s._cdc_raw)")  # fmt: skip
-    update["_cdc_unavailable"] = "filter(t._cdc_unavailable, c -> array_contains(s._unchanged, c))"
+    update["_cdc_unavailable"] = ("array_union(filter(t._cdc_unavailable, c -> "
+                                  "array_contains(s._unchanged, c)), s._unknown)")  # fmt: skip
     insert: dict[str, str | Column] = {
         quoted(c.name): _unless_unchanged(c.name, unsent, target_side=False) for c in shape.columns
     }
-    insert |= _cdc_set("false") | {"_cdc_raw": "s._cdc_raw", "_cdc_unavailable": "s._unchanged"}
+    insert |= _cdc_set("false") | {
+        "_cdc_raw": "s._cdc_raw",
+        "_cdc_unavailable": "array_union(s._unchanged, s._unknown)",
+    }
     builder = target.alias("t").merge(source.alias("s"), on)
     deleted = f"s._cdc_op = 'd' AND {NEWER}"
     if settings.soft_delete:

@@ -463,14 +463,16 @@ def keyed_source(
     """The newest change per key, with unchanged TOASTed values resolved where the batch or the
     stored row of an old key (after a primary-key change) knows them. `unsent`: the columns
     some change did not carry, when the caller knows them already; `reads`: whether the batch
-    may hold snapshot reads (their keys' changes are then ordered around them by visibility)."""
+    may hold snapshot reads (their keys' changes are then ordered around them by visibility).
+    A value left in `_unchanged` is the stored row's (the MERGE keeps it); one in `_unknown`
+    no change or row of the lake knows: NULL, and listed in the mirror's `_cdc_unavailable`."""
     changes = (
         with_phase(changes, list(shape.key)) if reads else changes.withColumn("_phase", F.lit(1))
     )
+    changes = changes.withColumn("_unknown", _none())
     resolvable = unsent_columns(changes) if unsent is None else unsent
     if resolvable:
-        changes = _from_earlier_changes(changes, shape, resolvable)
-        changes = _across_key_changes(changes, shape, target, resolvable)
+        changes = _resolve_unsent(changes, shape, target, resolvable)
     key = [F.col(k) for k in shape.key]
     order = [F.col(c).desc() for c in ("_phase", "_cdc_lsn", "_cdc_seq")]
     newest = Window.partitionBy(*key).orderBy(*order)
@@ -483,65 +485,140 @@ def unsent_columns(changes: DataFrame) -> list[str]:
     return sorted(r[0] for r in changes.select(F.explode("_unchanged")).distinct().collect())
 
 
+def _none() -> Column:
+    return F.array().cast("array<string>")
+
+
+def _moved() -> Column:
+    """The row came to its key by a key change."""
+    return F.col("_old_key_json").isNotNull()
+
+
+_MOVE_PASSES = 32  # key changes of one row, one after the other, that one batch follows
+
+
+def _resolve_unsent(
+    changes: DataFrame, shape: TableShape, target: DataFrame, names: list[str]
+) -> DataFrame:  # fmt: skip
+    """A value a change did not send is the one its row had just before: on the same key, the
+    latest earlier change's; after a key change, the old key's, from the batch or its stored
+    row. A row can move several times in one batch, and be changed between moves: each pass
+    resolves the moves whose old key's value is known, and the changes after them, until no
+    move waits for another (`_waiting`)."""
+    changes = _from_earlier_changes(changes.withColumn("_waiting", _none()), shape, names)
+    if not changes.where(_moved() & (F.size("_unchanged") > 0)).limit(1).count():
+        return changes.drop("_waiting")
+    for _ in range(_MOVE_PASSES):
+        changes = _across_key_changes(changes, shape, target, names)
+        changes = _from_earlier_changes(changes, shape, names).localCheckpoint()
+        if not changes.where(_moved() & (F.size("_waiting") > 0)).limit(1).count():
+            break
+    # A longer chain in one batch (never seen): what still waits is not known, never guessed.
+    for name in names:
+        waiting = F.array_contains("_waiting", name)
+        changes = changes.withColumn(name, F.when(waiting, None).otherwise(F.col(name)))
+    return changes.withColumns({
+        "_unchanged": F.array_except("_unchanged", "_waiting"),
+        "_unknown": F.array_union("_unknown", "_waiting"),
+    }).drop("_waiting")  # fmt: skip
+
+
+def _marks(unsent: list[Column]) -> Column:
+    """The names of the columns whose condition holds, as `_unchanged` and its kin hold them."""
+    return F.filter(F.array(*unsent), lambda c: c.isNotNull())
+
+
 def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str]) -> DataFrame:
-    """A value not sent takes the latest value the same key's earlier changes carried."""
+    """A value not sent takes the one its key's latest earlier change carried. The search stops
+    at a change that did not carry it either and came by a key change (the row's value is then
+    the old key's: `_waiting`, until that move is resolved), at a delete or at a value not
+    known (`_unknown`: a row after a delete has no earlier value). With none of these, the
+    value stays unsent: the stored row's. A key change's own row is left to
+    `_across_key_changes`."""
     earlier = (
         Window.partitionBy(*shape.key).orderBy("_phase", "_cdc_lsn", "_cdc_seq")
         .rowsBetween(Window.unboundedPreceding, -1)
     )  # fmt: skip
-    still = []
-    for name in names:
+    flags: dict[str, list[Column]] = {"_unchanged": [], "_waiting": [], "_unknown": []}
+    for n, name in enumerate(names):
         unsent = F.array_contains("_unchanged", name)
-        carried = F.when(~unsent & (F.col("_cdc_op") != "d"), F.struct(F.col(name).alias("v")))
-        previous = F.last(carried, ignorenulls=True).over(earlier)
-        changes = changes.withColumn(f"_prev_{name}", previous)
-        value = F.when(unsent & F.col(f"_prev_{name}").isNotNull(), F.col(f"_prev_{name}.v"))
-        changes = changes.withColumn(name, value.otherwise(F.col(name)))
-        still.append(F.when(unsent & F.col(f"_prev_{name}").isNull(), F.lit(name)))
-    changes = changes.withColumn("_unchanged", F.filter(F.array(*still), lambda c: c.isNotNull()))
-    return changes.drop(*[f"_prev_{n}" for n in names])
+        lost = F.array_contains("_unknown", name)
+        kind = (
+            F.when(F.col("_cdc_op") == "d", "d").when(lost, "u").when(~unsent, "v")
+            .when(_moved(), "m")
+        )  # fmt: skip
+        mark = F.when(kind.isNotNull(), F.struct(kind.alias("k"), F.col(name).alias("v")))
+        changes = changes.withColumn("_prev", F.last(mark, ignorenulls=True).over(earlier))
+        todo = unsent & ~_moved()
+        found = F.coalesce(F.col("_prev.k"), F.lit(""))
+        known, gone = todo & (found == "v"), todo & found.isin("d", "u")
+        waits = (todo & (found == "m")) | (_moved() & F.array_contains("_waiting", name))
+        changes = changes.withColumns({
+            f"_s{n}": unsent & ~known & ~gone, f"_w{n}": waits, f"_u{n}": lost | gone,
+            name: F.when(known, F.col("_prev.v")).when(gone, None).otherwise(F.col(name)),
+        })  # fmt: skip
+        for flag, column in zip(flags, (f"_s{n}", f"_w{n}", f"_u{n}"), strict=True):
+            flags[flag].append(F.when(F.col(column), F.lit(name)))
+    changes = changes.withColumns({flag: _marks(marked) for flag, marked in flags.items()})
+    return changes.drop("_prev", *[f"_{f}{n}" for f in "swu" for n in range(len(names))])
 
 
 def _across_key_changes(
     changes: DataFrame, shape: TableShape, target: DataFrame, names: list[str]
 ) -> DataFrame:
-    """After a primary-key change, a value not sent is the old key's: from its latest earlier
-    change in the batch that carried it, else from its stored row."""
-    is_moved = F.col("_old_key_json").isNotNull() & (F.size("_unchanged") > 0)
-    moved = changes.where(is_moved)
-    if not moved.limit(1).count():
-        return changes
-    old_cols = [f"_old_{k}" for k in shape.key]
-    earlier = changes.where(F.col("_cdc_op") != "d").select(
-        *[F.col(k).alias(f"_old_{k}") for k in shape.key],
-        F.struct("_cdc_lsn", "_cdc_seq").alias("_c_pos"), F.col("_unchanged").alias("_c_unch"),
-        *[F.col(n).alias(f"_c_{n}") for n in names],
+    """A key change's row takes a value it did not send from its old key just before it: the
+    latest earlier change of that key in the batch that carried it, else that key's stored row.
+    It waits (`_waiting`) when that change is itself waiting for a move, and is not known
+    (`_unknown`) after a delete, or with no row to take it from."""
+    todo = _moved() & (F.size("_unchanged") > 0)
+    moved = changes.where(todo)
+    ident = [*shape.key, "_cdc_lsn", "_cdc_seq"]
+    earlier = changes.select(
+        *[F.col(k).alias(f"_e_{k}") for k in shape.key],
+        F.struct("_cdc_lsn", "_cdc_seq").alias("_e_pos"), F.col("_cdc_op").alias("_e_op"),
+        _moved().alias("_e_moved"), F.col("_unchanged").alias("_e_unch"),
+        F.col("_unknown").alias("_e_lost"), F.col("_waiting").alias("_e_wait"),
+        *[F.col(n).alias(f"_e_{n}") for n in names],
     )  # fmt: skip
-    on = [moved[c] == earlier[c] for c in old_cols] + [
-        earlier["_c_pos"] < F.struct(moved["_cdc_lsn"], moved["_cdc_seq"])
+    pointers = moved.select(*ident, *[f"_old_{k}" for k in shape.key])
+    on = [pointers[f"_old_{k}"] == earlier[f"_e_{k}"] for k in shape.key] + [
+        earlier["_e_pos"] < F.struct(pointers["_cdc_lsn"], pointers["_cdc_seq"])
     ]
-    latest = Window.partitionBy("_cdc_lsn", "_cdc_seq", *shape.key).orderBy(
-        F.col("_c_pos").desc_nulls_last()
-    )
-    picked = (
-        moved.join(earlier, on, "left").drop(*[earlier[c] for c in old_cols])
-        .withColumn("_pick", F.row_number().over(latest)).where("_pick = 1").drop("_pick")
-    )  # fmt: skip
-    stored = target.select(
-        F.lit(True).alias("_stored"),
+    latest = []
+    for n, name in enumerate(names):
+        unsent = F.array_contains("_e_unch", name)
+        kind = (
+            F.when(F.col("_e_op") == "d", "d").when(F.array_contains("_e_lost", name), "u")
+            .when(~unsent, "v").when(F.col("_e_moved") | F.array_contains("_e_wait", name), "w")
+        )  # fmt: skip
+        mark = F.struct(kind.alias("k"), F.col(f"_e_{name}").alias("v"))
+        latest.append(F.max_by(mark, F.when(kind.isNotNull(), F.col("_e_pos"))).alias(f"_f{n}"))
+    found = pointers.join(earlier, on, "left")
+    found = found.groupBy(*ident).agg(*latest)
+    stored = target.where(~F.col("_cdc_deleted")).select(
+        F.lit(True).alias("_stored"), F.col("_cdc_unavailable").alias("_s_lost"),
         *[F.col(k).alias(f"_old_{k}") for k in shape.key],
         *[F.col(n).alias(f"_s_{n}") for n in names],
-    )
-    picked = picked.join(stored, on=old_cols, how="left")
-    still = []
-    for name in names:
+    )  # fmt: skip
+    picked = moved.join(found, ident, "left").join(stored, [f"_old_{k}" for k in shape.key], "left")
+    flags: dict[str, list[Column]] = {"_unchanged": [], "_waiting": [], "_unknown": []}
+    values = {}
+    for n, name in enumerate(names):
         unsent = F.array_contains("_unchanged", name)
-        from_batch = F.col("_c_pos").isNotNull() & ~F.array_contains(
-            F.coalesce("_c_unch", F.array()), name
-        )
-        value = F.when(unsent & from_batch, F.col(f"_c_{name}")).when(unsent, F.col(f"_s_{name}"))
-        picked = picked.withColumn(name, value.otherwise(F.col(name)))
-        still.append(F.when(unsent & ~from_batch & F.col("_stored").isNull(), F.lit(name)))
-    picked = picked.withColumn("_unchanged", F.filter(F.array(*still), lambda c: c.isNotNull()))
-    picked = picked.select(*changes.columns)
-    return changes.where(~is_moved).unionByName(picked)
+        found_kind = F.coalesce(F.col(f"_f{n}.k"), F.lit(""))
+        from_batch = unsent & (found_kind == "v")
+        waits = unsent & (found_kind == "w")
+        stored_ok = (
+            unsent & (found_kind == "") & F.col("_stored").isNotNull()
+            & ~F.array_contains(F.coalesce("_s_lost", _none()), name)
+        )  # fmt: skip
+        lost = F.array_contains("_unknown", name) | (unsent & ~from_batch & ~waits & ~stored_ok)
+        values[name] = (
+            F.when(from_batch, F.col(f"_f{n}.v")).when(stored_ok, F.col(f"_s_{name}"))
+            .when(lost, None).otherwise(F.col(name))
+        )  # fmt: skip
+        flags["_unchanged"].append(F.when(waits, F.lit(name)))
+        flags["_waiting"].append(F.when(waits, F.lit(name)))
+        flags["_unknown"].append(F.when(lost, F.lit(name)))
+    picked = picked.withColumns(values | {flag: _marks(m) for flag, m in flags.items()})
+    return changes.where(~todo).unionByName(picked.select(*changes.columns))

@@ -181,6 +181,87 @@ def test_a_key_change_carries_untouched_toast_from_the_old_key(
     assert mirror(spark, table) == [(2, "big stored", Decimal("1.00")), (6, "other changed", None)]
 
 
+def unavailable(spark: SparkSession, path: str) -> dict[object, list[str]]:
+    df = spark.read.format("delta").load(path).where(~F.col("_cdc_deleted"))
+    return {r["id"]: list(r["_cdc_unavailable"] or []) for r in df.collect()}
+
+
+def moved(lsn: int, old: int, new: int, amount: str | None = None) -> list[dict[str, object]]:
+    """A key change that did not resend `name` (unchanged TOAST): a delete and an insert."""
+    return [
+        change("d", lsn, before={"id": str(old)}),
+        change("c", lsn, after=row(new, UNAVAILABLE, amount), unchanged=["name"],
+               old_key={"id": str(old)}),
+    ]  # fmt: skip
+
+
+def untouched(lsn: int, i: int, amount: str) -> dict[str, object]:
+    """An update of `amount` alone: `name` not resent."""
+    return change("u", lsn, after=row(i, UNAVAILABLE, amount), unchanged=["name"])
+
+
+def test_changes_after_a_key_change_in_the_same_batch_keep_the_value_it_carried(
+    spark: SparkSession, table: str
+) -> None:
+    """The row's later changes, under its new key, did not send the value either: it is the
+    one the move brought from the old key (from the stored row, or from the batch)."""
+    apply(spark, table, [change("c", 10, after=row(1, "stored"))])
+    apply(spark, table, [
+        *moved(20, 1, -1), untouched(30, -1, "3"),  # the old key's value is stored
+        change("c", 40, after=row(7, "in batch")), *moved(50, 7, -7), untouched(60, -7, "6"),
+    ])  # fmt: skip
+    assert mirror(spark, table) == [
+        (-7, "in batch", Decimal("6.00")),
+        (-1, "stored", Decimal("3.00")),
+    ]
+    assert unavailable(spark, table) == {-7: [], -1: []}
+
+
+def test_a_row_moved_twice_in_one_batch_keeps_its_value_through_both_moves(
+    spark: SparkSession, table: str
+) -> None:
+    apply(spark, table, [change("c", 10, after=row(1, "stored"))])
+    apply(spark, table, [
+        *moved(20, 1, 2), untouched(30, 2, "3"), *moved(40, 2, 3), untouched(50, 3, "5"),
+        *moved(60, 3, 4),
+    ])  # fmt: skip
+    assert mirror(spark, table) == [(4, "stored", None)]
+    assert unavailable(spark, table) == {4: []}
+
+
+def test_a_row_moved_onto_a_key_deleted_in_the_batch_never_takes_the_deleted_row_s_value(
+    spark: SparkSession, table: str
+) -> None:
+    """Key 2 held another row: deleted, then row 1 moved to 2 and was updated, all in one
+    batch. The stored row at 2 is the deleted one: its value is not row 1's."""
+    apply(spark, table, [change("c", 10, after=row(1, "one")),
+                         change("c", 10, 1, after=row(2, "two"))])  # fmt: skip
+    apply(spark, table, [
+        change("d", 20, before={"id": "2"}), *moved(30, 1, 2), untouched(40, 2, "4"),
+    ])  # fmt: skip
+    assert mirror(spark, table) == [(2, "one", Decimal("4.00"))]
+
+
+def test_a_value_no_change_and_no_row_knows_is_null_and_listed_never_another_row_s(
+    spark: SparkSession, table: str
+) -> None:
+    """Row 5 moved to 2 (where a row was just deleted) without resending `name`, and the
+    mirror never had row 5 (a gap before the lake began): `name` is not known. It is NULL and
+    listed in `_cdc_unavailable`, not the deleted row 2's value, and a later change that does
+    not send it keeps it listed."""
+    apply(spark, table, [change("c", 10, after=row(2, "two"))])
+    apply(
+        spark, table, [change("d", 20, before={"id": "2"}), *moved(30, 5, 2), untouched(40, 2, "4")]
+    )
+    assert mirror(spark, table) == [(2, None, Decimal("4.00"))]
+    assert unavailable(spark, table) == {2: ["name"]}
+    apply(spark, table, [untouched(50, 2, "5")])
+    assert unavailable(spark, table) == {2: ["name"]}
+    apply(spark, table, [change("u", 60, after=row(2, "sent again", "6"))])
+    assert mirror(spark, table) == [(2, "sent again", Decimal("6.00"))]
+    assert unavailable(spark, table) == {2: []}
+
+
 def test_soft_delete_keeps_the_row_marked(spark: SparkSession, table: str) -> None:
     apply(spark, table, [change("c", 10, after=row(1, "a"))], soft_delete=True)
     apply(spark, table, [change("d", 20, before={"id": "1"})], soft_delete=True)
