@@ -68,6 +68,9 @@ COMMITS_PER_TABLE = 4  # at most, per run: DELETE (bronze), OPTIMIZE, VACUUM STA
 HEADROOM = 50  # of the commits the stages search, kept for their own commits without watermark
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+# Delta 4 ignores `RETAIN n HOURS` unless n is 0 (the table's deletedFileRetentionDuration,
+# 7 days, applies instead) while this is on, its default.
+RETENTION_WINDOW_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 CONFLICTS = (
     DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException,
     ProtocolChangedException, ConcurrentAppendException, ConcurrentDeleteReadException,
@@ -88,10 +91,11 @@ class RunSettings:
     def of(cls, spark: SparkSession, config: Config) -> RunSettings:
         """VACUUM lists files with Spark's partition-discovery parallelism (10,000 tasks by
         default, a minute for a small table on two cores): the cluster's parallelism instead,
-        unless the environment sets it. Delta's retention check goes off only when the user
-        turned it off."""
+        unless the environment sets it. VACUUM keeps files for `vacuum_retention_hours`, which
+        Delta would otherwise ignore for its 7 days; its retention check goes off only when
+        the user turned it off."""
         settings = config.pipeline.maintenance
-        conf = {}
+        conf = {RETENTION_WINDOW_IGNORED: "false"}
         if LISTING_PARALLELISM not in config.env.spark.conf:
             conf[LISTING_PARALLELISM] = str(spark.sparkContext.defaultParallelism)
         if not settings.vacuum_retention_check:

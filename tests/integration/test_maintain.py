@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 from delta.tables import DeltaTable
@@ -165,3 +167,43 @@ def test_bronze_retention_never_deletes_rows_silver_has_not_merged(
         "table public.items has no silver mirror: it is rebuilt from this snapshot on" in run.stderr
     )
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 19
+
+
+def test_vacuum_keeps_files_for_the_configured_retention_not_delta_s_default(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Delta 4 ignores `VACUUM ... RETAIN n HOURS` unless n is 0 and applies the table's
+    `delta.deletedFileRetentionDuration` (7 days) instead: a longer retention would lose files
+    it promises to keep, a shorter one would keep them. VACUUM removes files no table version
+    uses by their age (an unreferenced file's modification time): files of known ages in a
+    mirror's directory show which retention applied."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' FROM generate_series(1, 10) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial",
+                      extra="maintenance:\n  optimize: false\n  staged_retention_hours: 0\n"
+                            "  vacuum_retention_hours: 720\n")  # fmt: skip
+    ingest(p)
+    silver = Path(p.lake.silver(ITEMS))
+
+    def stray(name: str, hours_old: float) -> Path:
+        path = silver / f"{name}.parquet"
+        path.write_bytes(b"not referenced by any table version")
+        at = time.time() - hours_old * 3600
+        os.utime(path, (at, at))
+        return path
+
+    ten_days, forty_days = stray("ten-days", 240), stray("forty-days", 960)
+    run = p.maintain()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not forty_days.exists()
+    assert ten_days.exists(), "30 days of retention asked; Delta's 7 applied"
+    assert "silver public.items: vacuum removed 1 files" in run.stdout
+
+    p.edit("vacuum_retention_hours: 720", "vacuum_retention_hours: 1\n  vacuum_retention_check: false")
+    two_hours, half_an_hour = stray("two-hours", 2), stray("half-an-hour", 0.5)
+    run = p.maintain()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not ten_days.exists() and not two_hours.exists(), "1 hour asked; Delta's 7 days applied"
+    assert half_an_hour.exists()
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 10
