@@ -112,6 +112,17 @@ class Pipeline:
             == (ROOT / "conf" / "local.yaml").read_bytes()
         )
 
+    def ingest_here(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        """`ingest ARGS` in this process even where `ingest` starts a child (`--continuous`
+        with `--max-batches`, sent no signal), so that hooks a test sets (`faults.hooked`)
+        run in it."""
+        from cdc_core.jobs import ingest
+
+        command = [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", *args]
+        with _as_a_run_here(self, command, timeout) as (out, err):
+            code = ingest.main(command[2:])
+        return subprocess.CompletedProcess(command, code, out.getvalue(), err.getvalue())
+
     def ingest_with_fault(
         self, fault: str, *args: str, timeout: float = 900
     ) -> subprocess.CompletedProcess[str]:

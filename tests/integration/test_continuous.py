@@ -14,6 +14,8 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from cdc_core import faults
+from cdc_core.errors import TransientError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
@@ -172,3 +174,46 @@ def test_batches_skip_the_mirrors_nothing_new_came_for(
     batch(spark, config, p.lake, Totals())
     assert merged == ["b"]
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "b")) == 20
+
+
+def test_a_continuous_batch_that_fails_transiently_is_retried_and_one_that_keeps_failing_exits_75(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A batch that fails with a transient error after its bronze commit (a Delta commit lost
+    to a concurrent writer, say) is tried again after a wait, from where it stood: nothing
+    twice, nothing lost. Past `capture.retries` failures in a row the run exits 75. Run in this
+    process (no signal is sent), with the failure raised at the silver MERGE."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE events (id bigserial PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.events"],
+                      extra="capture:\n  trigger_interval_s: 0\n  retries: 2\n"
+                            "  retry_backoff_s: 0.1\n")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO events (v) SELECT 'a' FROM generate_series(1, 30)",
+        "UPDATE events SET v = 'b' WHERE id <= 10", "DELETE FROM events WHERE id > 25")  # fmt: skip
+    failures = [0]
+
+    def lose(times: int) -> None:
+        if failures[0] < times:
+            failures[0] += 1
+            raise TransientError("a concurrent writer committed to the same Delta table first")
+
+    with faults.hooked("silver.before_merge", lambda: lose(2)):
+        run = p.ingest_here("--continuous", "--max-batches", "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert failures[0] == 2
+    assert "retry 1 (of 2)" in run.stderr
+    assert "retry 2 (of 2)" in run.stderr
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "events")) == 25
+    bronze = spark.read.format("delta").load(p.lake.bronze).where("op IN ('c', 'u', 'd')")
+    assert bronze.count() == 30 + 10 + 5  # each change once, though the batch ran three times
+
+    sql(dsn, "UPDATE events SET v = 'c' WHERE id = 1")
+    failures[0] = 0
+    with faults.hooked("silver.before_merge", lambda: lose(3)):
+        run = p.ingest_here("--continuous", "--max-batches", "2")
+    assert run.returncode == 75, run.stderr[-3000:]
+    assert failures[0] == 3  # the first try and two retries
+    assert "retry 2 (of 2)" in run.stderr
+    ingest_ok(p)  # the next run takes it from there
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "events")) == 25
