@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow.fs as pafs
 import pytest
 
+from cdc_core.config import load_pipeline
 from cdc_core.errors import TerminalError
 from cdc_core.lake import Lake
 from cdc_core.metrics import (
@@ -24,6 +26,7 @@ from cdc_core.run_lock import RunLockedError, holder_file, lock_file, read_holde
 from cdc_core.stager import Stager, iter_rows, read_metadata, relations_of, staged_files
 from cdc_core.state import read_json, schema_history, write_json
 from cdc_core.storage import ObjectPath, S3Options, location, publish, write_atomic
+from tests.unit.test_config import write_home
 from tests.unit.test_stager import ORDERS, chunk
 
 BUCKET = "lake"
@@ -224,6 +227,30 @@ def test_the_run_lock_is_local_and_its_holder_is_on_the_store(
             pass
     assert read_holder(lake) is None
     assert not holder_file(lake).exists()
+
+
+def test_maintenance_on_the_store_is_refused_while_ingest_holds_the_run_lock(
+    lake: Lake, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Delta's S3 log store is safe for one writing process: maintenance on an object store
+    takes the pipeline's run lock, and while an ingest holds it, it is refused (exit 75)
+    before it starts Spark."""
+    from cdc_core import maintenance
+
+    monkeypatch.setenv("CDC_LOCK_DIR", str(tmp_path.parent / f"{tmp_path.name}-locks"))
+    home = write_home(tmp_path_factory.mktemp("home"))
+    config = load_pipeline("orders", "local", home=home, environ={})
+    monkeypatch.setattr(maintenance, "Lake", SimpleNamespace(of=lambda root, conf: lake))
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("maintenance started Spark while ingest held the run lock")
+
+    monkeypatch.setattr(maintenance, "build_spark", no_spark)
+    with run_lock(lake, "orders"):
+        with pytest.raises(RunLockedError, match="already running") as refused:
+            maintenance.maintain(config)
+        assert refused.value.exit_code == 75
 
 
 def test_status_reads_delta_logs_and_batches_on_the_store(lake: Lake) -> None:
