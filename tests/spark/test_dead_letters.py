@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
-from delta.tables import DeltaTable
+from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -118,10 +118,12 @@ def test_a_batch_without_refused_changes_counts_none_and_keeps_every_row(
     assert [(r["id"], r[REFUSED]) for r in typing.rows.collect()] == [(1, None)]
 
 
-def letters(spark: SparkSession, rows: list[dict[str, object]]) -> DataFrame:
+def letters(
+    spark: SparkSession, rows: list[dict[str, object]], table: str = "public.periods"
+) -> DataFrame:
     typing = typed_with(parsed(bronze(spark, rows), SHAPE), SHAPE, DEFAULT_MODES, [],
                         refusals=True)  # fmt: skip
-    return dead_letters.dead_letters(typing.rows, "public.periods")
+    return dead_letters.dead_letters(typing.rows, table)
 
 
 def test_a_dead_letter_holds_the_change_s_position_op_values_and_reason(
@@ -149,6 +151,28 @@ def test_recording_the_same_dead_letters_again_adds_nothing(
     assert sorted((r["commit_lsn"], r["seq"], r["op"]) for r in stored.collect()) == [
         (100, 1, "c"), (200, 0, "c"), (300, 0, "d"),
     ]  # fmt: skip
+
+
+def test_the_count_recorded_is_this_table_s_though_another_table_committed_right_after(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mirrors merged at once record their dead letters at once: another table's commit can
+    land between this table's MERGE and the look at what it inserted."""
+    lake = Lake(str(tmp_path))
+    other = "public.other"
+    assert dead_letters.record(spark, lake, letters(spark, [INFINITE], other), other) == 1
+    execute = DeltaMergeBuilder.execute
+    others = [letters(spark, [INFINITE, UNREADABLE], other)]
+
+    def then_another_table(builder: DeltaMergeBuilder) -> object:
+        done = execute(builder)
+        while others:  # the other table's 1 new dead letter, committed right after
+            assert dead_letters.record(spark, lake, others.pop(), other) == 1
+        return done
+
+    monkeypatch.setattr(DeltaMergeBuilder, "execute", then_another_table)
+    got = letters(spark, [GOOD, INFINITE, UNREADABLE])
+    assert dead_letters.record(spark, lake, got, "public.periods") == 2
 
 
 def test_snapshot_reads_at_one_position_are_told_apart_by_their_values(
