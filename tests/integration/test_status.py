@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from pyspark.sql import SparkSession
 
+from cdc_core.identifiers import TableName
 from cdc_core.stager import staged_files
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ROOT, Pipeline, ingest_ok, make_pipeline, sql
+from tests.integration.mirror import assert_mirror_equals_source
 
 
 def cdc_status(p: Pipeline, *args: str) -> subprocess.CompletedProcess[str]:
@@ -115,3 +118,31 @@ def test_status_of_a_pipeline_whose_slot_was_dropped_exits_1_and_says_so(
     assert f"slot        {p.slot}: MISSING" in human.stdout
     assert f"problem: slot {p.slot} does not exist (dropped?)" in human.stdout
     assert "public.items     -  not yet created" in human.stdout
+
+
+def test_past_retained_wal_fail_each_batch_says_so_and_ingest_keeps_consuming(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Consuming is the only thing that frees the WAL a slot retains: past
+    `source.retained_wal_fail` a run logs an error naming the way out, and still stages,
+    applies and confirms what it read."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"],
+                      source_extra="retained_wal_warn: 1\nretained_wal_fail: 2\n")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    sql(dsn, "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 2000) g")
+    before = p.confirmed()
+
+    run = p.ingest()
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "more than source.retained_wal_fail (2 B)" in run.stderr
+    assert '"level": "ERROR"' in next(
+        line for line in run.stderr.splitlines() if "retained_wal_fail (2 B)" in line
+    )
+    assert p.confirmed() > before  # consumed and confirmed all the same
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "items")) == 2000
+    status = cdc_status(p)
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert "retained_wal_fail" in status.stdout + status.stderr
