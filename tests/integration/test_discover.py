@@ -94,3 +94,27 @@ def test_tables_the_include_list_matches_are_found_and_a_new_one_is_snapshotted_
     bronze = spark.read.format("delta").load(p.lake.bronze)
     assert "public.audit" not in {r[0] for r in bronze.select("source_table").distinct().collect()}
     assert not Path(p.lake.silver(TableName("public", "audit"))).exists()
+
+
+def test_an_include_list_that_lets_no_table_through_stops_the_run_before_it_makes_anything(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """A typo in `table.include.list` is the only thing that tells a user the list is wrong:
+    the run exits 2 with one line naming the key and the database, and makes neither slot
+    nor publication."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE orders (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, [], source_extra="table.include.list: 'public\\.ordres'\n")
+
+    run = p.ingest()
+
+    assert run.returncode == 2, run.stderr[-3000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert "source.table.include.list: lets no table of database" in last, last
+    assert repr(database) in last, last
+    with psycopg.connect(dsn) as conn:
+        slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                             (p.slot,)).fetchone()  # fmt: skip
+        publications = conn.execute("SELECT count(*) FROM pg_publication").fetchone()
+    assert slots == (0,)
+    assert publications == (0,)
