@@ -533,8 +533,10 @@ def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str
     at a change that did not carry it either and came by a key change (the row's value is then
     the old key's: `_waiting`, until that move is resolved), at a delete or at a value not
     known (`_unknown`: a row after a delete has no earlier value). With none of these, the
-    value stays unsent: the stored row's. A key change's own row is left to
-    `_across_key_changes`."""
+    value stays unsent: the stored row's. A key change's own row takes a value only from a
+    change its new key had just before it that carried one: the snapshot read a missed move
+    re-keyed (`snapshot_window`), ordered before the move by visibility; a key is free before
+    a move into it otherwise, and the old key's value is `_across_key_changes`' to find."""
     earlier = (
         Window.partitionBy(*shape.key).orderBy("_phase", "_cdc_lsn", "_cdc_seq")
         .rowsBetween(Window.unboundedPreceding, -1)
@@ -551,8 +553,8 @@ def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str
         changes = changes.withColumn("_prev", F.last(mark, ignorenulls=True).over(earlier))
         todo = unsent & ~_moved()
         found = F.coalesce(F.col("_prev.k"), F.lit(""))
-        known, gone = todo & (found == "v"), todo & found.isin("d", "u")
-        waits = (todo & (found == "m")) | (_moved() & F.array_contains("_waiting", name))
+        known, gone = unsent & (found == "v"), todo & found.isin("d", "u")
+        waits = (todo & (found == "m")) | (_moved() & F.array_contains("_waiting", name) & ~known)
         changes = changes.withColumns({
             f"_s{n}": unsent & ~known & ~gone, f"_w{n}": waits, f"_u{n}": lost | gone,
             name: F.when(known, F.col("_prev.v")).when(gone, None).otherwise(F.col(name)),
