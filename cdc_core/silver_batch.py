@@ -523,6 +523,13 @@ def _resolve_unsent(
     }).drop("_waiting")  # fmt: skip
 
 
+def _before_it(op: Column, *, unsent: Column, lost: Column, waits: Column) -> Column:
+    """What an earlier change says of a column's value for a later change that did not send
+    it: `d` deleted, `u` not known, `v` its value, `m` not yet known (a move, or a change
+    waiting for one); NULL: nothing, look further back (it did not send it either)."""
+    return F.when(op == "d", "d").when(lost, "u").when(~unsent, "v").when(waits, "m")
+
+
 def _marks(unsent: list[Column]) -> Column:
     """The names of the columns whose condition holds, as `_unchanged` and its kin hold them."""
     return F.filter(F.array(*unsent), lambda c: c.isNotNull())
@@ -545,10 +552,7 @@ def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str
     for n, name in enumerate(names):
         unsent = F.array_contains("_unchanged", name)
         lost = F.array_contains("_unknown", name)
-        kind = (
-            F.when(F.col("_cdc_op") == "d", "d").when(lost, "u").when(~unsent, "v")
-            .when(_moved(), "m")
-        )  # fmt: skip
+        kind = _before_it(F.col("_cdc_op"), unsent=unsent, lost=lost, waits=_moved())
         mark = F.when(kind.isNotNull(), F.struct(kind.alias("k"), F.col(name).alias("v")))
         changes = changes.withColumn("_prev", F.last(mark, ignorenulls=True).over(earlier))
         todo = unsent & ~_moved()
@@ -589,10 +593,9 @@ def _across_key_changes(
     latest = []
     for n, name in enumerate(names):
         unsent = F.array_contains("_e_unch", name)
-        kind = (
-            F.when(F.col("_e_op") == "d", "d").when(F.array_contains("_e_lost", name), "u")
-            .when(~unsent, "v").when(F.col("_e_moved") | F.array_contains("_e_wait", name), "w")
-        )  # fmt: skip
+        waits = F.col("_e_moved") | F.array_contains("_e_wait", name)
+        lost = F.array_contains("_e_lost", name)
+        kind = _before_it(F.col("_e_op"), unsent=unsent, lost=lost, waits=waits)
         mark = F.struct(kind.alias("k"), F.col(f"_e_{name}").alias("v"))
         latest.append(F.max_by(mark, F.when(kind.isNotNull(), F.col("_e_pos"))).alias(f"_f{n}"))
     found = pointers.join(earlier, on, "left")
@@ -609,7 +612,7 @@ def _across_key_changes(
         unsent = F.array_contains("_unchanged", name)
         found_kind = F.coalesce(F.col(f"_f{n}.k"), F.lit(""))
         from_batch = unsent & (found_kind == "v")
-        waits = unsent & (found_kind == "w")
+        waits = unsent & (found_kind == "m")
         stored_ok = (
             unsent & (found_kind == "") & F.col("_stored").isNotNull()
             & ~F.array_contains(F.coalesce("_s_lost", _none()), name)
