@@ -157,6 +157,13 @@ class Pipeline:
     def env(self) -> dict[str, str]:
         return submit_environment({"CDC_HOME": str(self.home), PASSWORD_VAR: PASSWORD})
 
+    def batches(self) -> int:
+        """Batches the pipeline has recorded (`_state/batches.jsonl` lines), 0 before any."""
+        from cdc_core.metrics import batches_file
+
+        path = batches_file(self.lake)
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
     def confirmed(self) -> Lsn:
         with psycopg.connect(self.dsn) as conn:
             row = conn.execute(

@@ -55,10 +55,10 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
     run = p.start_ingest("--continuous")
     try:
         deadline = time.monotonic() + 600
-        while _batches(p.lake) < 3 and time.monotonic() < deadline and run.poll() is None:
+        while p.batches() < 3 and time.monotonic() < deadline and run.poll() is None:
             time.sleep(1)
         assert run.poll() is None, run.communicate()[1][-3000:]
-        assert _batches(p.lake) >= 3, "fewer than 3 batches in 10 minutes"
+        assert p.batches() >= 3, "fewer than 3 batches in 10 minutes"
         run.send_signal(signal.SIGTERM)  # mid-batch or between batches: the batch in hand ends
         out, err = run.communicate(timeout=300)
     finally:
@@ -109,11 +109,6 @@ def test_continuous_batches_stop_cleanly_on_sigterm(
     assert position["lsn"] < Lsn.parse(row[1]) <= position["commit_lsn"]  # its INSERT, its commit
     assert 0 <= last["MilliSecondsSinceLastEvent"] < 600_000
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "events")) > 0
-
-
-def _batches(lake: Lake) -> int:
-    path = batches_file(lake)
-    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 @pytest.mark.slow

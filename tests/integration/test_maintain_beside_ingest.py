@@ -19,9 +19,8 @@ import psycopg
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
-from cdc_core.metrics import batches_file
 from tests.integration.conftest import PgServer
-from tests.integration.harness import Pipeline, ingest_ok, make_pipeline, sql
+from tests.integration.harness import ingest_ok, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 EVENTS = TableName("public", "events")
@@ -46,11 +45,6 @@ def _workload(dsn: str, stop: threading.Event, written: list[int]) -> None:
             time.sleep(0.02)
 
 
-def _batches(p: Pipeline) -> int:
-    path = batches_file(p.lake)
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
 def test_maintenance_beside_a_continuous_ingest_leaves_the_mirror_equal_to_its_source(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -72,9 +66,9 @@ def test_maintenance_beside_a_continuous_ingest_leaves_the_mirror_equal_to_its_s
     runs = []
     try:
         deadline = time.monotonic() + 600
-        while _batches(p) < 2 and time.monotonic() < deadline and run.poll() is None:
+        while p.batches() < 2 and time.monotonic() < deadline and run.poll() is None:
             time.sleep(1)
-        assert _batches(p) >= 2, "fewer than 2 batches in 10 minutes"
+        assert p.batches() >= 2, "fewer than 2 batches in 10 minutes"
         for _ in range(3):
             runs.append(p.maintain())
             assert run.poll() is None, run.communicate()[1][-5000:]
