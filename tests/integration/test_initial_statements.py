@@ -19,7 +19,7 @@ from cdc_core.pipeline import batch
 from tests.integration.conftest import PgServer
 from tests.integration.harness import make_pipeline, sql
 
-TAGGED = ("SET cdc_test.tag = 'a;b'", "SET DateStyle = 'SQL, DMY'", "SET statement_timeout = 1")
+TAGGED = ("SET cdc_test.tag = 'a;b'", "SET DateStyle = 'SQL, DMY'", "SET statement_timeout = '2s'")
 
 
 def settings(dsn: Dsn, **kwargs: bool) -> tuple[object, ...]:
