@@ -3,6 +3,7 @@ CI, and each failure reported as it happens."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import shutil
@@ -121,10 +122,15 @@ TEST_SPARK = SparkSettings(
             "spark.driver.memory": "2g",
             # catalog tables of their own each run: one left in ./spark-warehouse by an
             # earlier run fails the next (DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION)
-            "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="cdc-tests-warehouse-"),
+            "spark.sql.warehouse.dir": (
+                _WAREHOUSE := tempfile.mkdtemp(prefix="cdc-tests-warehouse-")
+            ),
         }
     ),
 )
+# every process that imports this makes one (pytest-xdist's controller and workers): each
+# removes its own as it exits, Spark or not
+atexit.register(shutil.rmtree, _WAREHOUSE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -139,4 +145,3 @@ def spark() -> Iterator[SparkSession]:
         unavailable(f"no Spark with Delta: {e}")
     yield session
     session.stop()
-    shutil.rmtree(TEST_SPARK.conf["spark.sql.warehouse.dir"], ignore_errors=True)
