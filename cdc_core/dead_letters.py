@@ -115,7 +115,8 @@ def report(table: str, rows: DataFrame, mode: FailureHandling, inserted: int) ->
                     "_state/dead_letters: %s", table, _lsn(row["lsn"]), _lsn(row["commit_lsn"]),
                     row["seq"], row["op"], row["reason"])  # fmt: skip
     if len(shown) > _WARN_LINES:
-        log.warning("%s: and more changes skipped, in _state/dead_letters", table)
+        log.warning("%s: and %d more changes skipped, in _state/dead_letters", table,
+                    rows.count() - _WARN_LINES)  # fmt: skip
 
 
 def _lsn(value: int | None) -> str:

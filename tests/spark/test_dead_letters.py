@@ -211,6 +211,22 @@ def test_warn_logs_each_change_with_its_lsn_and_skip_only_a_count(
     ]
 
 
+def test_warn_logs_the_first_1000_changes_of_a_batch_then_how_many_more(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch that sets a million changes aside does not log a million lines."""
+    many = [change("c", 300, seq, {"id": str(seq), "valid_to": "2024-03-03", "n": "x"})
+            for seq in range(1003)]  # fmt: skip
+    rows = letters(spark, many)
+    with caplog.at_level(logging.INFO, logger="cdc_core.dead_letters"):
+        dead_letters.report("public.periods", rows, "warn", 1003)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1001
+    assert lines[0].startswith("public.periods: change at LSN 0/12C (commit 0/12C, #0, op c)")
+    assert lines[999].startswith("public.periods: change at LSN 0/513 (commit 0/12C, #999, op c)")
+    assert lines[1000] == "public.periods: and 3 more changes skipped, in _state/dead_letters"
+
+
 TALLY = TableName("public", "tally")  # no primary key: a multiset (REPLICA IDENTITY FULL)
 TALLY_RELATION = RelationDescriptor(
     1, 1, "public", "tally", ReplicaIdentity.FULL,
