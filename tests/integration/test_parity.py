@@ -303,6 +303,35 @@ def test_replica_identity_is_set_at_start_where_asked(
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "nokey")) == 8
 
 
+def test_a_replica_identity_the_role_may_not_set_stops_the_run_naming_the_statement(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """`replica.identity.autoset.values` on a table another role owns (the product's role may
+    read it, not alter it): the run stops before it captures anything, with the statement a
+    table owner has to run, and the table keeps its identity."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE ROLE alien_owner NOLOGIN", "CREATE TABLE alien (a int, b text)",
+        "ALTER TABLE alien OWNER TO alien_owner", "GRANT SELECT ON alien TO cdc_lake")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.alien"],
+                      source_extra="replica.identity.autoset.values: public\\.alien:FULL\n")  # fmt: skip
+
+    run = p.ingest("--capture-only")
+
+    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    assert (
+        'not allowed to run ALTER TABLE "public"."alien" REPLICA IDENTITY FULL: must be owner '
+        "of table alien; run it as the tables' owner (cdc doctor shows the grants needed)"
+    ) in run.stderr
+    assert "Traceback" not in run.stderr
+    with psycopg.connect(dsn) as conn:
+        ident = conn.execute("SELECT relreplident FROM pg_class WHERE oid = 'alien'::regclass")
+        assert ident.fetchone() == ("d",)  # type: ignore[comparison-overlap]
+        slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                             (p.slot,)).fetchone()  # fmt: skip
+    assert slots == (0,)  # nothing was set up for a run that could not start
+    sql(dsn, "DROP TABLE alien", "DROP ROLE alien_owner")
+
+
 def test_a_hex_placeholder_and_money_fraction_digits_reach_bronze_and_silver(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
