@@ -225,6 +225,8 @@ def test_killed_snapshot_rereads_at_most_the_group_in_flight(
     create_schema(dsn)
     load_shop(dsn, customers=500)
     p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="initial",
+                      source_extra="notification.enabled.channels: sink\n"
+                                   "notification.sink.topic.name: notifications\n",
                       snapshot_extra="chunk.size: 150\nmax.threads: 2\n")  # fmt: skip
     proc = p.start_ingest()
     try:
@@ -250,6 +252,16 @@ def test_killed_snapshot_rereads_at_most_the_group_in_flight(
     assert_shop_equal(spark, p)
     reads_df = spark.read.format("delta").load(p.lake.bronze).where(F.col("op") == "r")
     assert reads_df.groupBy("source_table", "key").count().where("count > 1").count() == 0
+    # notifications across the kill: STARTED once (the rerun resumes the job), a group's
+    # IN_PROGRESS at least once (the one in flight may be sent again: it is written before
+    # the progress it reports is saved), and the Delta table holds each line once
+    types = [n["type"] for n in sink_records(p.lake, "notifications")]
+    groups = sum(total.values())
+    assert (types[0], types[-1]) == ("STARTED", "COMPLETED")
+    assert (types.count("STARTED"), types.count("COMPLETED")) == (1, 1)
+    assert types.count("TABLE_SCAN_COMPLETED") == len(SHOP)
+    assert groups <= types.count("IN_PROGRESS") <= groups + 1, types
+    assert_notifications_table_equals_lines(spark, p)
 
 
 def test_a_group_read_again_after_its_commit_keeps_the_read_that_landed(
