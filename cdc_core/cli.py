@@ -183,7 +183,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     from cdc_core.lake import Lake
     from cdc_core.pg.connect import connect
     from cdc_core.pg.discover import discover
-    from cdc_core.snapshot import condition_problem, load_jobs
+    from cdc_core.snapshot import condition_problem, load_jobs, multiset_problem
     from cdc_core.start import request_snapshot
     from cdc_core.state import check_owner, refuse_retired
 
@@ -197,9 +197,15 @@ def _snapshot(args: argparse.Namespace) -> int:
         captured = ", ".join(str(t) for t in tables)
         raise UsageError(f"cdc snapshot: pipeline {args.pipeline} does not capture {table} "
                          f"(it captures {captured})")  # fmt: skip
-    if args.where:
+    if args.where is not None:
+        if not args.where.strip():  # an unset shell variable: not a request for every row
+            raise UsageError("cdc snapshot: --where needs a condition (leave --where out to "
+                             "read the whole table)")  # fmt: skip
+        keys = config.pipeline.source.message_key_columns
         with connect(config.pipeline.source.dsn) as conn:
-            problem = condition_problem(conn, table, args.where)
+            problem = multiset_problem(conn, table, keys) or condition_problem(
+                conn, table, args.where
+            )
         if problem:
             raise UsageError(f"cdc snapshot: {problem}")
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)

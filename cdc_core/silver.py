@@ -601,12 +601,22 @@ def merge_multiset(
     settings: SilverSettings, *, reads: bool = True,
 ) -> None:  # fmt: skip
     """`merge_changes` for the changes of a table without a key, already parsed
-    (`silver_batch.parsed`): typed after they are counted per row."""
+    (`silver_batch.parsed`): typed after they are counted per row. The mirror was emptied for
+    a batch with reads (`apply_table`): the newest read replaces it, and only the changes that
+    read did not see follow; an older read in the batch (another job's) is left out, since it
+    would add each of its rows once more."""
     target = DeltaTable.forPath(spark, path)
     view = None
     if reads:
-        first = values.where(F.col("op") == "r").select("_read_view").first()
-        view = first["_read_view"].asDict() if first and first["_read_view"] else None
+        newest = (
+            values.where(F.col("op") == "r")
+            .orderBy(F.col("commit_lsn").desc())
+            .select("commit_lsn", "_read_view")
+            .first()
+        )  # a read's rows share its high watermark and its view
+        if newest is not None:
+            values = values.where((F.col("op") != "r") | (F.col("commit_lsn") == newest[0]))
+            view = newest["_read_view"].asDict() if newest["_read_view"] else None
     source = typed(multiset_source(values, shape, view), shape, settings.modes)
     _multiset_merge(target, source, shape, settings).execute()
 

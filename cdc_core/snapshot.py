@@ -19,7 +19,7 @@ from typing import Literal
 
 import psycopg
 
-from cdc_core.config.model import TablesOrder
+from cdc_core.config.model import NO_KEYS, KeyColumns, TablesOrder
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -188,18 +188,25 @@ def plan_job(
     tables: Sequence[TableName], *, chunk_size: int,
     conditions: dict[TableName, str] | None = None, surrogate_key: str | None = None,
     overrides: Callable[[TableName], str | None] | None = None,
-    order: TablesOrder = "disabled",
+    order: TablesOrder = "disabled", keys: KeyColumns = NO_KEYS,
 ) -> SnapshotJob:  # fmt: skip
     """Plan every table's chunks now (the plan is kept with the job). `overrides` gives the
     SELECT a table without a condition reads instead of its rows (a snapshot taking the whole
     table's place: snapshot.select.statement.overrides). `order`: the tables are read as
-    given, or by their estimated rows (snapshot.tables.order.by.row.count; ties as given)."""
+    given, or by their estimated rows (snapshot.tables.order.by.row.count; ties as given).
+    A `surrogate_key` does not apply to a table whose mirror is a multiset (`keys`:
+    message.key.columns): it is read under one snapshot, in block ranges, whatever the key."""
     job = SnapshotJob(
         f"{time.strftime('%Y%m%dT%H%M%S')}-{kind}-{uuid.uuid4().hex[:6]}", kind, origin
     )
     for table in tables:
         condition = (conditions or {}).get(table)
         key = [surrogate_key] if surrogate_key else None
+        if key and multiset_problem(conn, table, keys):
+            log.info("snapshot %s: %s has no key, so its read is one group under one "
+                     "snapshot: surrogate-key %s is not used for it", job.id, table,
+                     surrogate_key)  # fmt: skip
+            key = None
         plan = plan_chunks(conn, table, key=key, chunk_size=chunk_size)
         columns = _columns(conn, table)
         override = overrides(table) if overrides and not condition else None
@@ -214,6 +221,22 @@ def plan_job(
     if order != "disabled":
         job.tables.sort(key=lambda t: t.plan.estimated_rows, reverse=order == "descending")
     return job
+
+
+def multiset_problem(
+    conn: psycopg.Connection[tuple[object, ...]], table: TableName, keys: KeyColumns
+) -> str | None:
+    """Why `table` cannot be read in part, or None: without a primary key or
+    message.key.columns its mirror is a multiset of rows, which its snapshot replaces whole
+    (nothing tells which of the mirror's rows a partial read stands for)."""
+    info = table_info(conn, [table]).get(table)
+    if info is None or info.primary_key or keys.for_table(table, info.columns) is not None:
+        return None
+    return (
+        f"{table} has no primary key (nor message.key.columns): its mirror is a multiset of "
+        "rows that a snapshot replaces whole, so a snapshot of it reads every row; request "
+        "it without a condition, or key the table (a primary key, or message.key.columns)"
+    )
 
 
 def condition_problem(

@@ -50,7 +50,14 @@ from cdc_core.signals import (
     read_signals,
     sort_out,
 )
-from cdc_core.snapshot import SnapshotJob, condition_problem, load_jobs, plan_job, set_paused
+from cdc_core.snapshot import (
+    SnapshotJob,
+    condition_problem,
+    load_jobs,
+    multiset_problem,
+    plan_job,
+    set_paused,
+)
 from cdc_core.snapshot_modes import Decision, StartState, decide
 from cdc_core.start_publication import left_publication, record_memberships
 from cdc_core.state import (
@@ -455,9 +462,11 @@ def _carry_out(
     log line."""
     signal = parse_signal(row.id, row.type, row.data, list(config.pipeline.source.tables))
     if isinstance(signal, SnapshotRequest):
+        keys = config.pipeline.source.message_key_columns
         problems = [
             problem for t, c in signal.conditions.items()
-            if (problem := condition_problem(conn, t, c, select=signal.kind == "blocking"))
+            if (problem := multiset_problem(conn, t, keys)
+                or condition_problem(conn, t, c, select=signal.kind == "blocking"))
         ]  # fmt: skip
         if problems:
             signal = SignalProblem(row.id, "; ".join(problems))
@@ -469,6 +478,7 @@ def _carry_out(
             conn, signal.kind, f"signal {row.id}", signal.tables,
             chunk_size=config.pipeline.snapshot.chunk_size,
             conditions=dict(signal.conditions), surrogate_key=signal.surrogate_key,
+            keys=config.pipeline.source.message_key_columns,
             overrides=config.pipeline.snapshot.select_for if signal.kind == "blocking" else None,
             order=config.pipeline.snapshot.tables_order_by_row_count
             if signal.kind == "blocking" else "disabled",

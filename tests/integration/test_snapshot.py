@@ -764,21 +764,22 @@ def test_a_blocking_snapshot_command_with_where_reads_the_rows_it_names(
 ) -> None:
     """`cdc snapshot --blocking --where COND`: the condition becomes the query a blocking
     snapshot reads (it was planned as a query of its own: `FROM (COND) AS ...`, invalid SQL),
-    and a table without a key, read by a query, is one chunk (a query's rows have no ctid)."""
+    in the table's key ranges; the rows it does not name stay as they are in the mirror."""
     dsn = pg.dsn(database)
     notes = TableName("public", "Field Notes")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute('CREATE TABLE "Field Notes" (v int, note text)')
-        conn.execute('ALTER TABLE "Field Notes" REPLICA IDENTITY FULL')
-        conn.execute("""INSERT INTO "Field Notes" SELECT g % 150, 'n' || g
+        conn.execute('CREATE TABLE "Field Notes" (id serial PRIMARY KEY, v int, note text)')
+        conn.execute("""INSERT INTO "Field Notes" (v, note) SELECT g % 150, 'n' || g
                         FROM generate_series(1, 600) g""")  # fmt: skip
-        conn.execute('ANALYZE "Field Notes"')  # the plan's estimate: several ctid chunks
+        conn.execute('ANALYZE "Field Notes"')  # the plan's estimate: several chunks
     p = make_pipeline(tmp_path, dsn, [str(notes)], snapshot="initial",
                       snapshot_extra="chunk.size: 100\n")  # fmt: skip
     ingest(p)
     assert len(only_job(p).tables[0].plan.chunks) > 1
     with psycopg.connect(dsn, autocommit=True) as conn:  # the mirror drifts from its source
-        conn.execute("""INSERT INTO "Field Notes" VALUES (7, 'extra'), (140, 'extra')""")
+        conn.execute("""INSERT INTO "Field Notes" (v, note) VALUES (7, 'extra'), (140, 'extra')""")
+        conn.execute("""UPDATE "Field Notes" SET note = 'drifted' WHERE v = 3""")
+    ingest(p, "--capture-only")  # the stream has the drift; only the reads say it again
     requested = p.cdc("snapshot", "--pipeline", "p", "--table", str(notes), "--blocking",
                       "--where", "v < 10")  # fmt: skip
     assert requested.returncode == 0, requested.stderr
@@ -786,13 +787,62 @@ def test_a_blocking_snapshot_command_with_where_reads_the_rows_it_names(
     job = next(j for j in load_jobs(p.lake) if j.origin == "cdc snapshot")
     assert job.kind == "blocking"
     assert job.finished
-    assert [len(t.plan.chunks) for t in job.tables] == [1]
     reads = (
         spark.read.format("delta")
         .load(p.lake.bronze)
         .where(F.col("staged_file").startswith(f"snapshot:{job.id}"))
     )
     assert reads.count() == 41  # v 0..9: 4 rows each, and the new (7, 'extra')
+    assert_mirror_equals_source(spark, p.lake, dsn, notes)  # the rows not read stay
+
+
+def test_a_table_without_a_key_is_snapshotted_whole_and_once_whatever_asks(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A table without a primary key is a multiset in silver, which its snapshot replaces:
+    - a condition (`cdc snapshot --where`, a signal's `additional-conditions`) is refused, as
+      the read would replace the mirror with the rows it names (it kept 180 of 600);
+    - a signal's `surrogate-key` does not cut its read into groups under several snapshots;
+    - two jobs reading it in one run replace the mirror once (each row counted twice before)."""
+    dsn = pg.dsn(database)
+    table = TableName("public", "tally")
+    sql(dsn, "CREATE TABLE tally (s int NOT NULL, v int, note text)",
+        "ALTER TABLE tally REPLICA IDENTITY FULL",
+        "INSERT INTO tally SELECT g, g % 10, 'n' || g FROM generate_series(1, 600) g",
+        "ANALYZE tally", signal_table_ddl(SIGNALS))  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, [str(table)], snapshot="initial",
+                      snapshot_extra=f"chunk.size: 100\nsignal.data.collection: {SIGNALS}\n")  # fmt: skip
+    ingest(p)
+
+    for where, why in [("v < 3", "has no primary key (nor message.key.columns): its mirror "
+                        "is a multiset of rows that a snapshot replaces whole"),
+                       ("", "--where needs a condition")]:  # fmt: skip
+        refused = p.cdc("snapshot", "--pipeline", "p", "--table", str(table), "--where", where)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert why in refused.stderr
+    conditions = {"data-collections": [str(table)],
+                  "additional-conditions": [{"data-collection": str(table), "filter": "v < 3"}]}  # fmt: skip
+    whole = {"data-collections": [str(table)], "surrogate-key": "s"}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for sid, data in [("part", conditions), ("whole", whole)]:
+            conn.execute(f"INSERT INTO {SIGNALS} VALUES (%s, 'execute-snapshot', %s)",
+                         (sid, json.dumps(data)))  # fmt: skip
+    assert p.cdc("snapshot", "--pipeline", "p", "--table", str(table)).returncode == 0
+    sql(dsn, "UPDATE tally SET note = 'later' WHERE s <= 5", "DELETE FROM tally WHERE s > 590",
+        "INSERT INTO tally VALUES (601, 1, 'new'), (601, 1, 'new')")  # fmt: skip
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "signal part not carried out: public.tally has no primary key" in run.stderr
+
+    jobs = [j for j in load_jobs(p.lake) if j.origin in ("signal whole", "cdc snapshot")]
+    assert len(jobs) == 2
+    assert all(j.finished for j in jobs)
+    for job in jobs:
+        (part,) = job.tables
+        assert (part.plan.key, len(part.groups(2))) == ((), 1)  # block ranges, one snapshot
+        assert len(part.plan.chunks) > 1
+    assert not [j for j in load_jobs(p.lake) if j.origin == "signal part"]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, table) == 592
 
 
 @pytest.mark.slow
