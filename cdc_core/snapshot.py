@@ -25,6 +25,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg import pgoutput as po
 from cdc_core.pg.catalog import describe_relation, own_rows, table_info
+from cdc_core.pg.sql_text import escape
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, plan_chunks
 from cdc_core.state import read_json, snapshots_dir, write_json
 
@@ -244,19 +245,25 @@ def condition_problem(
     select: bool = False,
 ) -> str | None:  # fmt: skip
     """Why `condition` (a WHERE condition on `table`, or with `select` a whole SELECT) cannot
-    be read, or None. The server plans it (EXPLAIN, read-only; nothing runs)."""
+    be read, or None. Nothing in it may reach past the parentheses a read puts it in
+    (`sql_text.escape`); then the server plans it as one statement (EXPLAIN, read-only, in the
+    extended protocol, which refuses several; nothing runs), on lines of its own, as reads
+    put it, so a trailing `--` comment cannot hide the closing parenthesis."""
+    what = "SELECT" if select else "condition"
+    reaches = escape(condition)
+    if reaches is not None:
+        return f"the {what} {condition!r} for {table} is refused: {reaches}"
     source = (
-        f"({condition}) AS cdc_selected"
+        f"(\n{condition}\n) AS cdc_selected"
         if select
-        else f"{own_rows(conn, table).as_string(conn)} WHERE ({condition})"
+        else f"{own_rows(conn, table).as_string(conn)} WHERE (\n{condition}\n)"
     )
     try:
         with conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
-            conn.execute(f"EXPLAIN SELECT * FROM {source}")
+            conn.execute(f"EXPLAIN SELECT * FROM {source}", binary=True)  # binary: extended
     except psycopg.Error as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        what = "SELECT" if select else "condition"
         return f"the {what} {condition!r} for {table} does not run: {first}"
     return None
 

@@ -23,7 +23,6 @@ import logging
 import math
 import sys
 import time
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ from cdc_core.lsn import Lsn
 from cdc_core.notifications import NotificationType, Notifier, TableScanStatus
 from cdc_core.pg.catalog import own_rows
 from cdc_core.pg.connect import VALUE_OPTIONS, connect, session_init
+from cdc_core.pg.sql_text import for_jdbc
 from cdc_core.snapshot import SnapshotJob, TableSnapshot, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, departures, overtaken
@@ -122,7 +122,7 @@ def jdbc_target(dsn: Dsn, info: psycopg.ConnectionInfo | None = None) -> tuple[s
 def _source(read: GroupRead, conn: psycopg.Connection[tuple[object, ...]]) -> sql.Composable:
     """What the group's chunks read from: the table's own rows, or the blocking read's query."""
     if read.select:
-        return sql.SQL("({}) AS cdc_selected").format(sql.SQL(read.select))
+        return sql.SQL("(\n{}\n) AS cdc_selected").format(sql.SQL(read.select))
     return own_rows(conn, read.table)
 
 
@@ -139,7 +139,7 @@ def _lock_what_it_reads(
     snapshot taken earlier, whose catalog names the columns as they were then; the table has
     today's, and a column dropped or renamed since cannot be read under it."""
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in read.columns)
-    where = sql.SQL(" WHERE ({})").format(sql.SQL(read.condition or "true"))
+    where = sql.SQL(" WHERE (\n{}\n)").format(sql.SQL(read.condition or "true"))
     try:
         conn.execute(sql.SQL("SELECT {} FROM {}{} LIMIT 0").format(columns, source, where))
     except psycopg.errors.UndefinedColumn as e:
@@ -226,116 +226,11 @@ def _query(
         )
         for c in read.columns
     )  # ::text IS NULL: a composite whose fields are all NULL is not NULL itself
-    where = [predicate] + ([f"({read.condition})"] if read.condition else [])
+    where = [predicate] + ([f"(\n{read.condition}\n)"] if read.condition else [])
     query = sql.SQL("SELECT {} FROM {} WHERE {}").format(
         texts, source, sql.SQL(" AND ".join(where))
     )
     return for_jdbc(query.as_string(conn))
-
-
-def for_jdbc(query: str) -> str:
-    """`query` as the PostgreSQL JDBC driver must get it: to the driver a `?` outside literals,
-    quoted names and comments marks a parameter, so jsonb's `?`, `?|` and `?&` (in a snapshot's
-    condition) are written `??` there, which it sends as `?`. Where a literal, a name or a
-    comment ends is decided as the driver's own lexer decides it (`org.postgresql.core.Parser`,
-    with standard_conforming_strings on), even where PostgreSQL's differs (`E'a''b'`, `/*/`):
-    the text the server gets is then `query` exactly."""
-    out: list[str] = []
-    i = start = 0
-    while i < len(query):
-        c = query[i]
-        if c == "'":
-            i = _single_quotes(query, i)
-        elif c == '"':
-            i = _through(query, i + 1, '"')
-        elif c == "-" and query.startswith("--", i):
-            i = min(_through(query, i + 2, "\r\n"), len(query) - 1)
-        elif c == "/" and query.startswith("/*", i):
-            i = _block_comment(query, i)
-        elif c == "$":
-            i = _dollar_quotes(query, i)
-        elif c == "?":
-            out += [query[start:i], "??"]
-            start = i + 1
-        i += 1
-    return "".join([*out, query[start:]])
-
-
-def _through(text: str, at: int, stops: str) -> int:
-    """Where the first of `stops` is from `at` on (the end of `text` if none is)."""
-    while at < len(text) and text[at] not in stops:
-        at += 1
-    return at
-
-
-def _single_quotes(query: str, at: int) -> int:
-    """Where the literal opened at `at` ends: the next quote (`''` is two literals in a row), or
-    for E'...' the next quote no backslash escapes."""
-    escapes = at >= 2 and query[at - 1] in "eE" and _ends_identifier(query[at - 2])
-    at += 1
-    while at < len(query) and query[at] != "'":
-        at += 2 if escapes and query[at] == "\\" else 1
-    return min(at, len(query))
-
-
-def _ends_identifier(c: str) -> bool:
-    return c == '"' or c in " \t\n\r\f" or c in ",()[].;:+-*/%^<>=~!@#&|`?"
-
-
-def _block_comment(query: str, at: int) -> int:
-    """Where the comment opened at `at` ends; comments nest, and each `*` or `/` is part of one
-    pair at most (`/*/` opens and closes one)."""
-    level, at = 1, at + 2
-    while at < len(query):
-        pair = query[at - 1 : at + 1]
-        if pair in ("*/", "/*"):
-            level += 1 if pair == "/*" else -1
-            at += 1
-        if level == 0:
-            return at - 1
-        at += 1
-    return at
-
-
-def _identifier(c: str, *, first: bool = False) -> bool:
-    """A character of a name as the driver sees it: Java's `Character.isJavaIdentifierStart`
-    (`first`) or `isJavaIdentifierPart`, on UTF-16 units, so a character outside the Basic
-    Multilingual Plane (two surrogates to Java) is none."""
-    if ord(c) > 0xFFFF:
-        return False
-    if unicodedata.category(c) in _JAVA_IDENTIFIER_START:
-        return True
-    return not first and (
-        unicodedata.category(c) in _JAVA_IDENTIFIER_PART
-        or ord(c) <= 0x08
-        or 0x0E <= ord(c) <= 0x1B
-        or 0x7F <= ord(c) <= 0x9F
-    )  # the last three: Java's identifier-ignorable controls
-
-
-_JAVA_IDENTIFIER_START = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Sc", "Pc"})
-_JAVA_IDENTIFIER_PART = frozenset({"Nd", "Mn", "Mc", "Cf"})
-
-
-def _dollar_quotes(query: str, at: int) -> int:
-    """Where the dollar quote opened at `at` ends ($$...$$ or $tag$...$tag$), or `at` itself
-    when none opens there (a $ inside a name, `$1`)."""
-    if at + 1 >= len(query) or (at > 0 and _identifier(query[at - 1])):
-        return at
-    end = at + 1
-    if query[end] != "$":
-        if not _identifier(query[end], first=True):
-            return at
-        end += 1
-        while end < len(query) and query[end] != "$":
-            if not _identifier(query[end]):
-                return at
-            end += 1
-        if end == len(query):
-            return at
-    tag = query[at : end + 1]
-    close = query.find(tag, end + 1)
-    return len(query) - 1 if close < 0 else close + len(tag) - 1
 
 
 _READABLE_PEM = "-----BEGIN PRIVATE KEY-----"  # unencrypted PKCS #8: libpq and the JDBC driver

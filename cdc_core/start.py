@@ -549,7 +549,7 @@ def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
         kind = "blocking" if request.get("blocking") else "incremental"
         where = str(request["where"]) if request.get("where") else None
         if where is not None and kind == "blocking":  # a blocking snapshot's filter is a query
-            query = sql.SQL("SELECT * FROM {} WHERE ({})").format(
+            query = sql.SQL("SELECT * FROM {} WHERE (\n{}\n)").format(
                 own_rows(conn, table),
                 sql.SQL(where),
             )

@@ -531,14 +531,15 @@ def test_two_pipelines_on_one_slot_are_named_not_taken_for_a_recreated_slot(
     assert "exists already and pipeline p" not in ingest(second).stderr  # its own position now
 
 
-@pytest.mark.slow
 def test_snapshot_command_reads_a_filtered_table(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
     dsn = pg.dsn(database)
     create_schema(dsn)
     load_shop(dsn, customers=100)
-    p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="no_data")
+    sql(dsn, signal_table_ddl(SIGNALS), "CREATE TABLE victim (id int)")
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in SHOP], snapshot="no_data",
+                      snapshot_extra=f"signal.data.collection: {SIGNALS}\n")  # fmt: skip
     ingest(p, "--capture-only")
 
     def cdc(*args: str) -> subprocess.CompletedProcess[str]:
@@ -554,16 +555,30 @@ def test_snapshot_command_reads_a_filtered_table(
     bad = cdc("--table", "public.orders", "--where", "totl > 100")
     assert bad.returncode == 2, bad.stderr
     assert 'column "totl" does not exist' in bad.stderr
-    # jsonb's ? is a parameter mark to the JDBC driver unless doubled; the one quoted is not
-    where = "id % 3 = 0 AND shipping ? 'tracking' AND status::text <> 'what?'"
+    # a condition is one condition: checking it ran what followed a `;` (as a read would)
+    evil = "true); COMMIT; DROP TABLE victim; --"
+    refused = cdc("--table", "public.orders", "--where", evil)
+    assert refused.returncode == 2, refused.stderr
+    assert "is refused: a ')' at character 5 that closes more than" in refused.stderr
+    filters = [{"data-collection": "public.orders", "filter": evil}]
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the same from the signal table
+        conn.execute(f"INSERT INTO {SIGNALS} VALUES ('evil', 'execute-snapshot', %s)",
+                     (json.dumps({"data-collections": ["public.orders"],
+                                  "additional-conditions": filters}),))  # fmt: skip
+    # jsonb's ? is a parameter mark to the JDBC driver unless doubled; the one quoted is not;
+    # a comment at the end does not take the read's closing parenthesis with it
+    where = "id % 3 = 0 AND shipping ? 'tracking' AND status::text <> 'what?' -- tracked)"
     good = cdc("--table", "public.orders", "--where", where)
     assert good.returncode == 0, good.stderr
-    ingest(p)
+    run = ingest(p)
+    assert "signal evil not carried out: the condition 'true); COMMIT;" in run.stderr
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('victim') IS NOT NULL").fetchone() == (True,)
     job = only_job(p)
     assert job.origin == "cdc snapshot"
     assert job.finished
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(f"SELECT count(*) FROM orders WHERE {where}").fetchone()
+        row = conn.execute(f"SELECT count(*) FROM orders WHERE {where}\n").fetchone()
         everything = conn.execute("SELECT count(*) FROM orders WHERE id % 3 = 0").fetchone()
     assert row is not None
     assert everything is not None

@@ -11,7 +11,7 @@ from py4j.java_gateway import get_field
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from cdc_core.snapshot_read import for_jdbc
+from cdc_core.pg.sql_text import for_jdbc
 
 CONDITIONS = [
     "doc ? 'k'",

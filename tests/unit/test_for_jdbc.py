@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_core.snapshot_read import for_jdbc
+from cdc_core.pg.sql_text import escape, for_jdbc
 
 
 @pytest.mark.parametrize(
@@ -33,3 +33,31 @@ from cdc_core.snapshot_read import for_jdbc
 )
 def test_question_marks_outside_quotes_are_doubled(query: str, sent: str) -> None:
     assert for_jdbc(query) == sent
+
+
+@pytest.mark.parametrize(
+    ("condition", "reaches"),
+    [
+        ("v < 10", None),
+        ("note = 'a;b)' AND (v > 1 OR v < -1)", None),  # inside a literal: part of the value
+        ('"odd;)" = 1', None),
+        ("x = $$;)$$", None),
+        ("v < 3 -- why; not)\n", None),
+        ("v < 3 /* ; ) */", None),
+        ("true); COMMIT; DROP TABLE victim; --", "a ')' at character 5"),
+        ("v < 3; DROP TABLE victim", "a ';' at character 6: one condition, not several"),
+        ("true) OR (true", "a ')' at character 5 that closes more than the condition opened"),
+        ("(v < 3))", "a ')' at character 8"),
+    ],
+)
+def test_a_condition_that_reaches_past_its_parentheses_is_named(
+    condition: str, reaches: str | None
+) -> None:
+    """A snapshot's condition goes inside parentheses in the read's query: a `;` would start
+    another statement (the driver runs each), a `)` too many would end the condition early."""
+    found = escape(condition)
+    if reaches is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.startswith(reaches), found
