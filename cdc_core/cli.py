@@ -329,6 +329,17 @@ def _import_debezium(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _port(text: str) -> int:
+    """A TCP port, for argparse (which exits 2 naming the option otherwise)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return port
+
+
 def _pg(args: argparse.Namespace) -> int:
     from cdc_core.pg.local import ensure_cluster, find_cluster, home_dir
 
@@ -478,11 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pg", help="the local PostgreSQL cluster used by the demo")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])
     p.add_argument("--name", default="demo", help="cluster name, default demo")
-    p.add_argument("--port", type=int, default=5432, help="preferred port when starting")
+    p.add_argument("--port", type=_port, default=5432, help="preferred port when starting")
     p.set_defaults(run=_pg)
 
     p = sub.add_parser("demo", help="start a local PostgreSQL with the shop data and run orders")
-    p.add_argument("--port", type=int, default=5432, help="preferred port, default 5432")
+    p.add_argument("--port", type=_port, default=5432, help="preferred port, default 5432")
     p.add_argument("--changes", type=int, default=2000, help="workload changes before ingest")
     p.add_argument("--lake", default="./lake", help="lake root, default ./lake")
     p.set_defaults(run=_demo)

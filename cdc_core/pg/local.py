@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -18,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdc_core.errors import SetupError
+from cdc_core.errors import SetupError, UsageError
 
 DEFAULT_HOME = Path("/var/tmp/cdc-lake-pg")
 SUPERUSER = "postgres"
@@ -187,9 +188,24 @@ def home_dir() -> Path:
     return Path(os.environ.get("CDC_PG_HOME") or DEFAULT_HOME)
 
 
+_CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+def cluster_dir(name: str) -> Path:
+    """Where cluster `name` lives: a directory of its own under the home directory, never a
+    path the name points to (`--name /srv/data` would have been that directory, which a start
+    that finds no cluster there clears)."""
+    if not _CLUSTER_NAME.fullmatch(name):
+        raise UsageError(
+            f"cluster name {name!r}: use letters, digits, '_', '.' and '-' (at most 63, the "
+            f"first a letter or digit); it names a directory under {home_dir()}"
+        )
+    return home_dir() / name
+
+
 def find_cluster(name: str) -> LocalPostgres | None:
     """The cluster `name` under the home directory if it was created, running or not."""
-    data_dir = home_dir() / name
+    data_dir = cluster_dir(name)
     port_file = data_dir.parent / f"{name}.port"
     if not ((data_dir / "PG_VERSION").is_file() and port_file.is_file()):
         return None
@@ -216,8 +232,8 @@ def ensure_cluster(
     if cluster is not None:
         cluster = LocalPostgres(cluster.data_dir, free_port(cluster.port), cluster.bindir)
     else:
-        data_dir = home_dir() / name
-        shutil.rmtree(data_dir, ignore_errors=True)
+        data_dir = cluster_dir(name)
+        shutil.rmtree(data_dir, ignore_errors=True)  # a creation that failed half way
         cluster = LocalPostgres(data_dir, free_port(port), bindir or find_bindir())
         cluster.init(cluster_settings(durable=durable) | dict(extra or {}))
     cluster.port_file.write_text(str(cluster.port))
