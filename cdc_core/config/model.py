@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 from cdc_core.columns import ColumnRules, Rule
 from cdc_core.config.loader import ENV_VALUE, FieldError, meta, suggest
@@ -40,7 +40,8 @@ _BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
 _SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 _PIPELINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_URI_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^@/?#:]*:([^@/?#]*)@")
+# libpq ends a URI's user info at the first `@` before any `/` (a `?` or `#` is part of it)
+_URI_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^@/:]*:([^@/]*)@")
 SAFE_VACUUM_HOURS = 168  # Delta's delta.deletedFileRetentionDuration default
 
 
@@ -69,14 +70,16 @@ class Dsn:
     def redacted(self) -> str:
         """The connection string with any password replaced by `***`."""
         if "://" in self.conninfo:
-            parts = urlsplit(self.conninfo)
-            netloc = parts.netloc
-            if "@" in netloc:
-                userinfo, host = netloc.rsplit("@", 1)
-                if ":" in userinfo:
-                    netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-            query = _PASSWORD_KV.sub(r"\1***", parts.query.replace("&", " ")).replace(" ", "&")
-            return urlunsplit(parts._replace(netloc=netloc, query=query))
+            scheme, _, rest = self.conninfo.partition("://")
+            end = next((i for i, c in enumerate(rest) if c in "@/"), len(rest))
+            head = f"{scheme}://"
+            if rest[end : end + 1] == "@":  # user info as libpq reads it (`_URI_PASSWORD`)
+                user, colon, _ = rest[:end].partition(":")
+                head += f"{user}{':***' if colon else ''}@"
+                rest = rest[end + 1 :]
+            base, mark, query = rest.partition("?")
+            query = _PASSWORD_KV.sub(r"\1***", query.replace("&", " ")).replace(" ", "&")
+            return f"{head}{base}{mark}{query}"
         return _PASSWORD_KV.sub(r"\1***", self.conninfo)
 
     @property

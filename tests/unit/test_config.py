@@ -563,6 +563,26 @@ def test_the_passwords_of_a_dsn_never_print(tmp_path: Path) -> None:
     assert "postgresql://app:***@db:5432/shop" in shown
 
 
+@pytest.mark.parametrize("secret", ["se?cret", "se#cret", "a?b#c:d"])
+def test_a_uri_password_with_a_question_mark_or_hash_is_a_password(
+    secret: str, tmp_path: Path
+) -> None:
+    """libpq reads a URI's user info up to the first `@` before any `/`: `?` and `#` are part
+    of the password there, which printed in clear and passed for no password in the file."""
+    uri = f"postgresql://app:{secret}@db:5432/shop?sslmode=require"
+    config = load_pipeline("orders", "local", home=write_home(tmp_path),
+                           environ={"ORDERS_PG_DSN": uri})  # fmt: skip
+    dsn = config.pipeline.source.dsn
+    assert dsn.has_password
+    assert str(dsn) == "postgresql://app:***@db:5432/shop?sslmode=require"
+    assert secret not in f"{dsn!r} {config!r}"
+    written = CONTRACT.replace(
+        "${ORDERS_PG_DSN:-postgresql://postgres@127.0.0.1:5432/shop}", f"'{uri}'"
+    )
+    assert written != CONTRACT
+    assert "holds a password written in the file" in load_error(tmp_path, written)
+
+
 def test_key_value_dsn_passwords_are_redacted(tmp_path: Path) -> None:
     environ = {"ORDERS_PG_DSN": "host=db user=app password='p w' dbname=shop"}
     config = load_pipeline("orders", "local", home=write_home(tmp_path), environ=environ)
