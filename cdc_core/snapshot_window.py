@@ -110,7 +110,12 @@ class Overtaken:
             sent = {c: v for c, v in json.loads(row["after"]).items() if c not in unsent}
         headers = dict(row["headers"] or ())  # an Arrow map: (key, value) pairs
         if row["op"] == "d":
-            carried = self.moved.pop(k, None) or (k, self.newer.pop(k, {}))
+            if k in self.moved:
+                carried: tuple[Key, Values] | None = self.moved.pop(k)
+            elif k in self.dropped:  # the read's row of k went before: this row is the stream's
+                carried = None
+            else:
+                carried = (k, self.newer.pop(k, {}))
             self.dropped.add(k)
             self._leaving = carried if "__debezium.newkey" in headers else None
         elif row["op"] == "c" and "__debezium.oldkey" in headers and self._leaving is not None:

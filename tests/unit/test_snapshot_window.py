@@ -90,6 +90,27 @@ def test_an_update_after_a_delete_does_not_revive_the_read_row() -> None:
     assert not out.newer
 
 
+def test_a_row_inserted_again_after_a_delete_moves_without_the_read_row() -> None:
+    """Delete, insert again and move one key, unseen by the read: the row that moves is the
+    stream's insert, not the read's row the delete removed (which carried that row's
+    out-of-line value to the new key, where the stream's move did not resend its own)."""
+    out = replay(
+        event("d", 1),
+        event("c", 1, {"id": "1", "v": "again", "big": "B"}),
+        event("d", 1, headers={"__debezium.newkey": json.dumps({"id": "5"})}),
+        event(
+            "c",
+            5,
+            {"id": "5", "v": "again", "big": "__u"},
+            unchanged=("big",),
+            headers={"__debezium.oldkey": json.dumps({"id": "1"})},
+        ),
+    )
+    assert out.dropped == {("1",)}
+    assert not out.moved  # the stream's changes carry the row: silver resolves its big
+    assert not out.newer
+
+
 def test_a_key_change_moves_the_row_with_what_it_did_not_resend() -> None:
     old, new = json.dumps({"id": "10"}), json.dumps({"id": "11"})
     out = replay(
