@@ -103,14 +103,53 @@ _StrictLoader.add_constructor(
 )
 
 
+class _WrittenInt(int):
+    """A YAML integer that remembers how the file wrote it: a key that takes text gets that
+    text (`slot: 0755` is the slot '0755', not '493', the octal number YAML reads)."""
+
+    written: str
+
+
+class _WrittenFloat(float):
+    """A YAML float that remembers how the file wrote it (`_WrittenInt`)."""
+
+    written: str
+
+
+def _written_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    number = _WrittenInt(yaml.SafeLoader.construct_yaml_int(loader, node))
+    number.written = str(node.value)
+    return number
+
+
+def _written_float(loader: _StrictLoader, node: yaml.ScalarNode) -> float:
+    number = _WrittenFloat(yaml.SafeLoader.construct_yaml_float(loader, node))
+    number.written = str(node.value)
+    return number
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _written_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _written_float)
+
+
+def _text_of(number: int | float) -> str:
+    """A number as the file wrote it, where it is one a key that takes text was given."""
+    return str(getattr(number, "written", number))
+
+
 def read_yaml(path: Path, shown: str) -> dict[str, Any]:
     """Parse one YAML file whose top level is a mapping; errors name `shown`, line and column."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(shown, None, f"cannot read the file: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(shown, None, f"not UTF-8 text: byte 0x{e.object[e.start]:02x} at "
+                          f"offset {e.start} (save the file as UTF-8)") from e  # fmt: skip
     try:
         data = yaml.load(text, Loader=_StrictLoader)
+    except RecursionError as e:
+        raise ConfigError(shown, None, "malformed YAML: nested too deep") from e
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
@@ -259,7 +298,7 @@ class Builder:
         if isinstance(raw, bool):
             return "true" if raw else "false"
         if isinstance(raw, int | float):
-            return str(raw)
+            return _text_of(raw)
         raise self.error(path, f"expected a single value, got {_kind(raw)}")
 
     def _scalar(self, tp: Any, raw: Any, path: str) -> Any:
@@ -275,7 +314,7 @@ class Builder:
             if isinstance(raw, str):
                 return raw
             if isinstance(raw, int | float) and not isinstance(raw, bool):
-                return str(raw)
+                return _text_of(raw)
             raise self.error(path, f"expected a string, got {_kind(raw)}")
         return self._parsed(tp, raw, path)
 
@@ -304,11 +343,15 @@ class Builder:
         if isinstance(raw, bool):
             raise self.error(path, f"expected a number, got {_kind(raw)}")
         number: int | float | None = None
-        if isinstance(raw, int) or (tp is float and isinstance(raw, float)):
-            number = tp(raw)
-        elif isinstance(raw, str):
-            with contextlib.suppress(ValueError):
-                number = tp(raw.strip())
+        try:
+            if isinstance(raw, int) or (tp is float and isinstance(raw, float)):
+                number = tp(raw)
+            elif isinstance(raw, str):
+                with contextlib.suppress(ValueError):
+                    number = tp(raw.strip())
+        except OverflowError as e:  # a whole number too big for a float
+            raise self.error(path, f"expected a finite number, got one of {len(str(raw))} "
+                             "digits") from e  # fmt: skip
         if number is not None:
             if not math.isfinite(number):  # .nan, .inf, "1e999"
                 raise self.error(path, f"expected a finite number, got {raw!r}")

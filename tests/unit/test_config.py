@@ -893,3 +893,35 @@ def test_a_failure_handling_mode_debezium_lacks_is_refused_with_the_choices(
         "pipelines/orders.yaml: silver.event.processing.failure.handling.mode: 'skpi' is not "
         "one of fail, warn, skip (did you mean 'skip'?)"
     )
+
+
+def test_a_number_written_where_text_is_expected_keeps_its_text(tmp_path: Path) -> None:
+    """YAML reads 0755 as the octal 493 and 1_000 as 1000: a slot or a Spark setting given
+    so is what the file says, not another slot (or another number of partitions)."""
+    pipeline = CONTRACT.replace("slot: orders_cdc", "slot: 0755").replace(
+        "publication: orders_cdc", "publication: 1_000"
+    )
+    env = LOCAL.replace("spark.sql.shuffle.partitions: 4", "spark.sql.shuffle.partitions: 010")
+    assert env != LOCAL
+    config = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline, env), environ={})
+    assert (config.pipeline.source.slot, config.pipeline.source.publication) == ("0755", "1_000")
+    assert config.env.spark.conf["spark.sql.shuffle.partitions"] == "010"
+
+
+def test_a_file_that_is_not_utf8_nested_too_deep_or_a_number_too_big_is_named(
+    tmp_path: Path,
+) -> None:
+    home = write_home(tmp_path)
+    (home / "pipelines" / "orders.yaml").write_bytes(b"name: orders\nsource:\n  dsn: \xff\xfe\n")
+    with pytest.raises(ConfigError) as e:
+        load_pipeline("orders", "local", home=home, environ={})
+    assert str(e.value) == (
+        "pipelines/orders.yaml: not UTF-8 text: byte 0xff at offset 28 (save the file as UTF-8)"
+    )
+    assert load_error(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n").endswith(
+        "malformed YAML: nested too deep"
+    )
+    big = "9" * 400
+    message = load_error(tmp_path, CONTRACT + f"capture:\n  trigger_interval_s: {big}\n")
+    assert message.endswith("capture.trigger_interval_s: expected a finite number, got one of "
+                            "400 digits")  # fmt: skip
