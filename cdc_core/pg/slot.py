@@ -142,9 +142,16 @@ def autoset_replica_identity(
         clause = identity_change(info, target)
         if clause is None:
             continue
-        _execute(conn, sql.SQL("ALTER TABLE {} REPLICA IDENTITY {}").format(
+        statement = sql.SQL("ALTER TABLE {} REPLICA IDENTITY {}").format(
             sql.Identifier(table.schema, table.name), clause,
-        ))  # fmt: skip
+        )  # fmt: skip
+        try:
+            _execute(conn, statement)
+        except psycopg.errors.UndefinedObject as e:  # INDEX name: no such index of the table
+            raise TerminalError(
+                f"replica.identity.autoset.values asks {table} for {target}: "
+                f"{e.diag.message_primary}; name one of the table's unique indexes"
+            ) from e
         changed.append(f"{table}: {target}")
     return changed
 

@@ -331,6 +331,18 @@ def test_a_replica_identity_the_role_may_not_set_stops_the_run_naming_the_statem
     assert slots == (0,)  # nothing was set up for a run that could not start
     sql(dsn, "DROP TABLE alien", "DROP ROLE alien_owner")
 
+    sql(dsn, "CREATE TABLE owned (a int NOT NULL, b text)")  # the product's group owns it
+    p = make_pipeline(tmp_path / "index", dsn, ["public.owned"],
+                      source_extra="replica.identity.autoset.values: "
+                                   "public\\.owned:INDEX nosuch_idx\n")  # fmt: skip
+    run = p.ingest("--capture-only")
+    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    assert (
+        "replica.identity.autoset.values asks public.owned for INDEX nosuch_idx: index "
+        '"nosuch_idx" for table "owned" does not exist; name one of the table\'s unique indexes'
+    ) in run.stderr
+    assert "unexpected" not in run.stderr
+
 
 def test_a_hex_placeholder_and_money_fraction_digits_reach_bronze_and_silver(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
