@@ -13,6 +13,9 @@ from types import MappingProxyType
 from typing import Literal
 from urllib.parse import quote
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from cdc_core.columns import ColumnRules, Rule
 from cdc_core.config.loader import ENV_VALUE, FieldError, meta, suggest
 from cdc_core.config.validate import ValidateConfig
@@ -43,6 +46,7 @@ _PASSWORD_KV = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORE
 # libpq ends a URI's user info at the first `@` before any `/` (a `?` or `#` is part of it)
 _URI_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^@/:]*:([^@/]*)@")
 SAFE_VACUUM_HOURS = 168  # Delta's delta.deletedFileRetentionDuration default
+_PG_INT_MAX = 2**31 - 1  # PostgreSQL's integer settings (statement_timeout), JDBC's fetch size
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class Dsn:
             raise ValueError(
                 "the connection string is empty (for example postgresql://user@127.0.0.1:5432/shop)"
             )
+        problem = _conninfo_problem(text)
+        if problem:
+            raise ValueError(f"not a connection string libpq takes: {problem}")
         return cls(text)
 
     @property
@@ -114,6 +121,43 @@ class Dsn:
 
     def __repr__(self) -> str:
         return f"Dsn({self.redacted!r})"
+
+
+_CHOICES = {  # libpq's settings with a fixed set of values, which it checks only as it connects
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "target_session_attrs": (
+        "any",
+        "read-write",
+        "read-only",
+        "primary",
+        "standby",
+        "prefer-standby",
+    ),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+}
+
+
+def _conninfo_problem(conninfo: str) -> str | None:
+    """What libpq would refuse in `conninfo`, told at load rather than by a connection that
+    fails every time (a run exits 75, "retry", for a value no retry fixes); None when nothing.
+    The syntax is libpq's own parser's verdict; ports and the settings of `_CHOICES` are checked
+    as libpq checks them when it connects."""
+    try:
+        settings = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as e:
+        said = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if not said or "password" in conninfo.lower() or _URI_PASSWORD.match(conninfo):
+            said = "libpq cannot parse it"  # its message may quote a piece of the password
+        return f"{said} (write key=value pairs, or a postgresql:// URI)"
+    for port in str(settings.get("port") or "").split(","):
+        if port.strip() and not (port.strip().isdigit() and 1 <= int(port) <= 65535):
+            return f"port {port.strip()!r} is not a TCP port (1 to 65535)"
+    for key, allowed in _CHOICES.items():
+        value = settings.get(key)
+        if value is not None and str(value) not in allowed:
+            return f"{key} {value!r} is not one of {', '.join(allowed)}"
+    return None
 
 
 def _password(conninfo: str) -> str | None:
@@ -763,12 +807,7 @@ class SourceConfig:
                 "notification.sink.topic.name",
                 f"{topic!r} is not a topic name (letters, digits, '.', '_' and '-', at most 249)",
             )
-        if self.query_timeout_s < 0:
-            raise FieldError(
-                "query_timeout_s",
-                f"{self.query_timeout_s} is negative: give the seconds a query may run, "
-                "or 0 for no limit",
-            )
+        self._check_query_timeout()
         object.__setattr__(self, "dsn", dataclasses.replace(
             self.dsn, query_timeout_s=self.query_timeout_s,
             initial_statements=self.database_initial_statements.items,
@@ -858,6 +897,20 @@ class SourceConfig:
             placeholder_octets(self.unavailable_value_placeholder)
         except ValueError as e:
             raise FieldError("unavailable.value.placeholder", str(e)) from e
+
+    def _check_query_timeout(self) -> None:
+        if self.query_timeout_s < 0:
+            raise FieldError(
+                "query_timeout_s",
+                f"{self.query_timeout_s} is negative: give the seconds a query may run, "
+                "or 0 for no limit",
+            )
+        if self.query_timeout_s * 1000 > _PG_INT_MAX:  # statement_timeout is milliseconds
+            raise FieldError(
+                "query_timeout_s",
+                f"{self.query_timeout_s} is more than PostgreSQL's statement_timeout takes "
+                f"({_PG_INT_MAX // 1000} s, about 24 days): give fewer seconds, or 0 for no limit",
+            )
 
     def _add_password(self) -> None:
         """Put the password of `password_file` in the DSN (loaded once, like every value)."""
@@ -1012,6 +1065,8 @@ class SnapshotConfig:
                            ("lock.timeout.ms", self.lock_timeout_ms)):  # fmt: skip
             if value < 1:
                 raise FieldError(key, f"{value} must be at least 1")
+            if value > _PG_INT_MAX:  # a JDBC fetch size and lock_timeout are 32-bit
+                raise FieldError(key, f"{value} must be at most {_PG_INT_MAX}")
         if not self.signal_file.strip():
             raise FieldError("signal.file", "the path is empty (Debezium's default: "
                              "file-signals.txt, next to the pipeline file)")  # fmt: skip

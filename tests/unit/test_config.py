@@ -925,3 +925,40 @@ def test_a_file_that_is_not_utf8_nested_too_deep_or_a_number_too_big_is_named(
     message = load_error(tmp_path, CONTRACT + f"capture:\n  trigger_interval_s: {big}\n")
     assert message.endswith("capture.trigger_interval_s: expected a finite number, got one of "
                             "400 digits")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dsn", "problem"),
+    [
+        ("not a dsn at all", 'missing "=" after "not" in connection info string'),
+        ("host=h password=se cret", "libpq cannot parse it (write key=value pairs"),
+        ("postgresql://u@127.0.0.1:notaport/db", "port 'notaport' is not a TCP port"),
+        ("host=h port=99999999 dbname=x", "port '99999999' is not a TCP port (1 to 65535)"),
+        ("postgresql://u@h/db?sslmode=bogus", "sslmode 'bogus' is not one of disable, allow"),
+        ("host=h target_session_attrs=bogus", "target_session_attrs 'bogus' is not one of any"),
+    ],
+)
+def test_a_connection_string_libpq_refuses_is_a_configuration_error(
+    dsn: str, problem: str, tmp_path: Path
+) -> None:
+    """Found at load (exit 2, naming the key), not by a run whose connections all fail and
+    which exits 75 ("retry") for a value no retry fixes; never quoting a password."""
+    message = load_error(tmp_path, CONTRACT, {"ORDERS_PG_DSN": dsn})
+    assert "source.dsn: " in message
+    assert problem in message, message
+    assert "cret" not in message
+
+
+def test_numbers_past_what_postgresql_and_jdbc_take_are_refused(tmp_path: Path) -> None:
+    message = load_error(
+        tmp_path, CONTRACT.replace("  tables:", "  query_timeout_s: 2147484\n  tables:")
+    )
+    assert message.endswith(
+        "source.query_timeout_s: 2147484.0 is more than PostgreSQL's statement_timeout takes "
+        "(2147483 s, about 24 days): give fewer seconds, or 0 for no limit"
+    )
+    for key in ("fetch.size", "lock.timeout.ms"):
+        message = load_error(
+            tmp_path, CONTRACT.replace("snapshot:\n", f"snapshot:\n  {key}: 99999999999\n")
+        )
+        assert message.endswith(f"snapshot.{key}: 99999999999 must be at most 2147483647")
