@@ -201,6 +201,9 @@ class Builder:
                 return "$"
             if var is None:
                 raise self.error(path, f"unterminated or malformed '${{' in {text!r}")
+            if has_default and "${" in default:  # its `}` ended this one: text would remain
+                raise self.error(path, f"the default of ${{{var}}} holds another '${{...}}' in "
+                                 f"{text!r}: defaults are plain text, not nested")  # fmt: skip
             value = self.env.get(var)
             if value is not None and (value != "" or not has_default):
                 return ENV_VALUE if written else value

@@ -220,6 +220,17 @@ def test_undefined_variable_without_default_is_named(tmp_path: Path) -> None:
     )
 
 
+def test_a_default_holding_another_variable_is_refused_not_kept_as_text(tmp_path: Path) -> None:
+    """`${LAKE_ROOT:-${HOME}/lake}` ended at the inner `}`: the root became `${HOME/lake}`."""
+    message = load_error(
+        tmp_path, CONTRACT.replace("${LAKE_ROOT:-./lake}", "${LAKE_ROOT:-${HOME}/lake}")
+    )
+    assert message == (
+        "pipelines/orders.yaml: target.root: the default of ${LAKE_ROOT} holds another '${...}' "
+        "in '${LAKE_ROOT:-${HOME}/lake}/orders': defaults are plain text, not nested"
+    )
+
+
 def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
     message = load_error(tmp_path, CONTRACT.replace("  slot: orders_cdc", "  slot: [orders_cdc"))
     assert message.startswith("pipelines/orders.yaml:5:")
