@@ -157,6 +157,14 @@ def seconds(text: str) -> float:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    value = seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number above 0")
+    return value
+
+
 def positive(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
     value = int(text)
@@ -500,10 +508,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("workload", help="write realistic traffic into a shop database")
     p.add_argument("--dsn", required=True, help="connection string of the shop database")
-    p.add_argument("--changes", type=int, default=None, help="stop after about N row changes")
-    p.add_argument("--duration", type=seconds, default=None, help="stop after S seconds")
-    p.add_argument("--rate", type=seconds, default=None, help="row changes per second")
-    p.add_argument("--concurrency", type=int, default=3, help="interleaved transactions")
+    p.add_argument("--changes", type=positive, default=None,
+                   help="stop after about N row changes")  # fmt: skip
+    p.add_argument("--duration", type=positive_seconds, default=None,
+                   help="stop after S seconds")  # fmt: skip
+    p.add_argument("--rate", type=positive_seconds, default=None, help="row changes per second")
+    p.add_argument("--concurrency", type=positive, default=3, help="interleaved transactions")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(run=_workload)
     return parser

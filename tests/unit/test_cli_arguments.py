@@ -1,6 +1,7 @@
-"""`cdc pg`'s arguments: a cluster name names a directory under the clusters' home, never a
-path (a start that found no cluster there cleared the directory the name pointed to, before
-refusing the port), and a port is a TCP port."""
+"""`cdc pg` and `cdc workload` arguments: a cluster name names a directory under the clusters'
+home, never a path (a start that found no cluster there cleared the directory the name pointed
+to, before refusing the port), a port is a TCP port, and the workload's counts and rates are
+above 0."""
 
 from __future__ import annotations
 
@@ -40,3 +41,22 @@ def test_a_port_outside_1_to_65535_is_a_usage_error(
     assert main(["pg", "start", "--port", port]) == 2
     assert f"argument --port: {port!r} is not a TCP port (1 to 65535)" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--changes", "-5"], "argument --changes: '-5': give 1 or more"),
+        (["--rate", "0"], "argument --rate: '0': give a number above 0"),
+        (["--rate", "-3"], "argument --rate: '-3': give a number above 0"),
+        (["--concurrency", "0"], "argument --concurrency: '0': give 1 or more"),
+        (["--duration", "-1"], "argument --duration: '-1': give a number above 0"),
+    ],
+)
+def test_cdc_workload_refuses_counts_and_rates_below_1_as_usage_errors(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, a ValueError from the workload's spec (exit 1, the whole spec printed), or for
+    a negative duration a run that reported a lost connection it never had."""
+    assert main(["workload", "--dsn", "host=127.0.0.1 port=1", *args]) == 2
+    assert said in capsys.readouterr().err
