@@ -160,7 +160,10 @@ def read_yaml(path: Path, shown: str) -> dict[str, Any]:
     if data is None:
         raise ConfigError(shown, None, "the file is empty: it must hold a mapping of keys")
     if not isinstance(data, dict):
-        raise ConfigError(shown, None, f"the top level must be a mapping, not {_kind(data)}")
+        # never its text: a file given by mistake (a secrets file for --env) may hold secrets
+        kind = "a list" if isinstance(data, list) else "a single value"
+        raise ConfigError(shown, None, f"the top level must be a mapping of keys, not {kind} "
+                          "(is it the right file?)")  # fmt: skip
     return data
 
 

@@ -973,3 +973,14 @@ def test_numbers_past_what_postgresql_and_jdbc_take_are_refused(tmp_path: Path) 
             tmp_path, CONTRACT.replace("snapshot:\n", f"snapshot:\n  {key}: 99999999999\n")
         )
         assert message.endswith(f"snapshot.{key}: 99999999999 must be at most 2147483647")
+
+
+@pytest.mark.parametrize("text", ["DB_PASSWORD=hunter2\n", "- hunter2\n"])
+def test_a_file_that_is_not_a_mapping_is_named_without_its_content(
+    text: str, tmp_path: Path
+) -> None:
+    """A secrets file given by mistake (`--env ./prod.env`) is not echoed into the logs."""
+    message = load_error(tmp_path, text)
+    assert message.startswith("pipelines/orders.yaml: the top level must be a mapping of keys")
+    assert message.endswith("(is it the right file?)")
+    assert "hunter2" not in message
