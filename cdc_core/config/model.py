@@ -1127,7 +1127,12 @@ class TargetConfig:
                              f"{_ROOT_HINTS.get(scheme, '')}. Use a local path, a mounted one (a "
                              "Databricks volume /Volumes/..., an NFS mount), file: or "
                              "s3a://bucket/prefix")  # fmt: skip
+        if "\0" in root:
+            raise FieldError("root", f"{root!r}: a path cannot hold a NUL character")
         root = os.path.abspath(os.path.expanduser(root))
+        if os.path.exists(root) and not os.path.isdir(root):
+            raise FieldError("root", f"{root} is a file, not a directory: the lake is a "
+                             "directory (created if missing)")  # fmt: skip
         object.__setattr__(self, "root", root.rstrip("/") or "/")
 
 

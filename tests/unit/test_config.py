@@ -984,3 +984,14 @@ def test_a_file_that_is_not_a_mapping_is_named_without_its_content(
     assert message.startswith("pipelines/orders.yaml: the top level must be a mapping of keys")
     assert message.endswith("(is it the right file?)")
     assert "hunter2" not in message
+
+
+def test_a_lake_root_that_is_a_file_or_holds_a_nul_is_refused_at_load(tmp_path: Path) -> None:
+    """Before, `cdc status` met them as an unexpected NotADirectoryError or ValueError."""
+    afile = tmp_path / "hostname"
+    afile.write_text("x")
+    message = load_error(tmp_path, CONTRACT.replace("${LAKE_ROOT:-./lake}/orders", str(afile)))
+    assert message.endswith(f"target.root: {afile} is a file, not a directory: the lake is a "
+                            "directory (created if missing)")  # fmt: skip
+    message = load_error(tmp_path, CONTRACT.replace("${LAKE_ROOT:-./lake}/orders", '"/tmp/a\\0b"'))
+    assert message.endswith("target.root: '/tmp/a\\x00b': a path cannot hold a NUL character")
