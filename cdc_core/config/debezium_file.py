@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import string
 import tempfile
 import textwrap
 import typing
@@ -54,7 +55,10 @@ def read_connector(file: Path, shown: str) -> dict[str, str]:
         raise ConfigError(shown, None, f"cannot read the file: {why}") from e
     if file.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         return _from_json(text, shown)
-    return parse_properties(text)
+    try:
+        return parse_properties(text)
+    except ValueError as e:
+        raise ConfigError(shown, None, str(e)) from e
 
 
 def _from_json(text: str, shown: str) -> dict[str, str]:
@@ -126,8 +130,12 @@ def _unescape(text: str) -> str:
         c = text[i]
         if c == "\\" and i + 1 < len(text):
             n = text[i + 1]
-            if n == "u" and i + 6 <= len(text):
-                out.append(chr(int(text[i + 2 : i + 6], 16)))
+            if n == "u":  # exactly four hex digits, or Java refuses the file
+                digits = text[i + 2 : i + 6]
+                if len(digits) < 4 or any(d not in string.hexdigits for d in digits):
+                    raise ValueError(f"malformed escape {text[i : i + 6]!r}: four hex "
+                                     "digits follow \\u, as Java reads .properties")  # fmt: skip
+                out.append(chr(int(digits, 16)))
                 i += 6
                 continue
             out.append(_ESCAPES.get(n, n))

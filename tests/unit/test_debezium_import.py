@@ -135,6 +135,19 @@ def test_properties_are_read_as_java_reads_them() -> None:
     }  # fmt: skip
 
 
+def test_a_malformed_unicode_escape_is_named_as_java_refuses_it(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (home / "c.properties").write_text("".join(f"{k}={v}\n" for k, v in BASE.items())
+                                       + "foo=\\uZZZZ\n")  # fmt: skip
+    code, _, err = run(capsys, "c.properties")
+    assert code == 2
+    assert err == (
+        "error: c.properties: malformed escape '\\\\uZZZZ': four hex digits follow \\u, as "
+        "Java reads .properties\n"
+    )
+
+
 @pytest.mark.parametrize("form", ["json", "properties"])
 def test_the_password_never_lands_in_the_file(
     home: Path, capsys: pytest.CaptureFixture[str], form: str
