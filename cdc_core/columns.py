@@ -92,6 +92,9 @@ def hashed(algorithm: str, salt: str, *, v2: bool, length: int | None = None) ->
     return apply
 
 
+_MAX_CHARS = 1 << 30  # a text value holds at most 1 GB
+
+
 @dataclass(frozen=True)
 class Rule:
     """One transform property: its kind and parameters, and the columns it applies to."""
@@ -127,6 +130,10 @@ class Rule:
                 "the length to truncate to must be positive, as in Debezium: to empty the "
                 "values write column.mask.with.0.chars, to drop the column column.exclude.list"
             )
+        for n in (m["truncate"], m["mask"]):
+            if n is not None and int(n) > _MAX_CHARS:  # a mask is built of that many `*`
+                raise ValueError(f"{int(n):,} characters is more than a column transform "
+                                 f"takes ({_MAX_CHARS:,}, PostgreSQL's largest text)")  # fmt: skip
         return cls(
             key, patterns,
             truncate=int(m["truncate"]) if m["truncate"] is not None else None,

@@ -289,6 +289,10 @@ def _pipeline_name(props: Mapping[str, str], name: str | None, shown: str) -> tu
         clean = re.sub(r"[^A-Za-z0-9_-]+", "_", props.get(prop, "").strip()).lstrip("_-")[:63]
         if clean:
             return clean, prop
+    given = next((prop for prop in _NAME_PROPS if props.get(prop, "").strip()), None)
+    if given is not None:  # only characters a name cannot hold
+        raise ConfigError(shown, given, f"{props[given].strip()!r} makes no pipeline name "
+                          "(letters, digits, '_' and '-'); give --name")  # fmt: skip
     raise ConfigError(shown, "topic.prefix", "no pipeline name: the file has no topic.prefix "
                       "(or database.server.name, or name); give --name")  # fmt: skip
 

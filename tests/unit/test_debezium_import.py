@@ -148,6 +148,17 @@ def test_a_malformed_unicode_escape_is_named_as_java_refuses_it(
     )
 
 
+def test_a_topic_prefix_that_makes_no_name_is_named_as_such(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, write_json(home, BASE | {"topic.prefix": "!!!"}, wrapped=False))
+    assert code == 2
+    assert err == (
+        "error: connector.json: topic.prefix: '!!!' makes no pipeline name (letters, digits, "
+        "'_' and '-'); give --name\n"
+    )
+
+
 @pytest.mark.parametrize("form", ["json", "properties"])
 def test_the_password_never_lands_in_the_file(
     home: Path, capsys: pytest.CaptureFixture[str], form: str
