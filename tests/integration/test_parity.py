@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import psycopg
@@ -312,36 +313,40 @@ def test_a_replica_identity_the_role_may_not_set_stops_the_run_naming_the_statem
     dsn = pg.dsn(database)
     sql(dsn, "CREATE ROLE alien_owner NOLOGIN", "CREATE TABLE alien (a int, b text)",
         "ALTER TABLE alien OWNER TO alien_owner", "GRANT SELECT ON alien TO cdc_lake")  # fmt: skip
-    p = make_pipeline(tmp_path, dsn, ["public.alien"],
-                      source_extra="replica.identity.autoset.values: public\\.alien:FULL\n")  # fmt: skip
-
-    run = p.ingest("--capture-only")
-
-    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    failed = _autoset_fails(tmp_path, dsn, "alien", "FULL")
     assert (
         'not allowed to run ALTER TABLE "public"."alien" REPLICA IDENTITY FULL: must be owner '
         "of table alien; run it as the tables' owner (cdc doctor shows the grants needed)"
-    ) in run.stderr
-    assert "Traceback" not in run.stderr
+    ) in failed.stderr
     with psycopg.connect(dsn) as conn:
         ident = conn.execute("SELECT relreplident FROM pg_class WHERE oid = 'alien'::regclass")
         assert ident.fetchone() == ("d",)  # type: ignore[comparison-overlap]
-        slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
-                             (p.slot,)).fetchone()  # fmt: skip
-    assert slots == (0,)  # nothing was set up for a run that could not start
     sql(dsn, "DROP TABLE alien", "DROP ROLE alien_owner")
 
     sql(dsn, "CREATE TABLE owned (a int NOT NULL, b text)")  # the product's group owns it
-    p = make_pipeline(tmp_path / "index", dsn, ["public.owned"],
-                      source_extra="replica.identity.autoset.values: "
-                                   "public\\.owned:INDEX nosuch_idx\n")  # fmt: skip
-    run = p.ingest("--capture-only")
-    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    failed = _autoset_fails(tmp_path / "index", dsn, "owned", "INDEX nosuch_idx")
     assert (
         "replica.identity.autoset.values asks public.owned for INDEX nosuch_idx: index "
         '"nosuch_idx" for table "owned" does not exist; name one of the table\'s unique indexes'
-    ) in run.stderr
+    ) in failed.stderr
+
+
+def _autoset_fails(
+    home: Path, dsn: str, table: str, identity: str
+) -> subprocess.CompletedProcess[str]:
+    """A run of a pipeline that asks `identity` for `table`, which must stop (exit 1, no
+    traceback) before it sets anything up: no slot exists after it."""
+    p = make_pipeline(home, dsn, [f"public.{table}"],
+                      source_extra=f"replica.identity.autoset.values: public\\.{table}:{identity}\n")  # fmt: skip
+    run = p.ingest("--capture-only")
+    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
     assert "unexpected" not in run.stderr
+    with psycopg.connect(dsn) as conn:
+        slots = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s",
+                             (p.slot,)).fetchone()  # fmt: skip
+    assert slots == (0,)
+    return run
 
 
 def test_a_hex_placeholder_and_money_fraction_digits_reach_bronze_and_silver(

@@ -44,14 +44,23 @@ def test_a_password_from_a_file_keeps_the_timeout(tmp_path: Path) -> None:
     assert source.dsn.query_timeout_s == 5.0
 
 
-def test_a_negative_timeout_is_refused_naming_the_key(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("seconds", "why"),
+    [
+        ("-1", "-1.0 is negative: give the seconds a query may run, or 0 for no limit"),
+        ("2147484", "2147484.0 is more than PostgreSQL's statement_timeout takes (2147483 s, "
+                    "about 24 days): give fewer seconds, or 0 for no limit"),
+    ],
+)  # fmt: skip
+def test_a_timeout_postgresql_cannot_take_is_refused_naming_the_key(
+    tmp_path: Path, seconds: str, why: str
+) -> None:
+    """Past statement_timeout's 32-bit milliseconds, every connection failed and the run
+    exited 75 ("retry") for a value no retry fixes."""
     message = load_error(
-        tmp_path, CONTRACT.replace("  tables:", "  query_timeout_s: -1\n  tables:")
+        tmp_path, CONTRACT.replace("  tables:", f"  query_timeout_s: {seconds}\n  tables:")
     )
-    assert message.endswith(
-        "source.query_timeout_s: -1.0 is negative: give the seconds a query may run, "
-        "or 0 for no limit"
-    )
+    assert message.endswith(f"source.query_timeout_s: {why}")
 
 
 @pytest.mark.parametrize("value", ["ten", "true", ".nan", "[1]"])
