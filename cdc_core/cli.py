@@ -191,7 +191,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     from cdc_core.lake import Lake
     from cdc_core.pg.connect import connect
     from cdc_core.pg.discover import discover
-    from cdc_core.snapshot import condition_problem, load_jobs, multiset_problem
+    from cdc_core.snapshot import condition_problem, load_jobs
     from cdc_core.start import request_snapshot
     from cdc_core.state import check_owner, refuse_retired
 
@@ -211,9 +211,7 @@ def _snapshot(args: argparse.Namespace) -> int:
                              "read the whole table)")  # fmt: skip
         keys = config.pipeline.source.message_key_columns
         with connect(config.pipeline.source.dsn) as conn:
-            problem = multiset_problem(conn, table, keys) or condition_problem(
-                conn, table, args.where
-            )
+            problem = condition_problem(conn, table, args.where, keys)
         if problem:
             raise UsageError(f"cdc snapshot: {problem}")
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)

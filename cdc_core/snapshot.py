@@ -25,7 +25,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.pg import pgoutput as po
 from cdc_core.pg.catalog import describe_relation, own_rows, table_info
-from cdc_core.pg.sql_text import escape
+from cdc_core.pg.sql_text import leaves_parentheses
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, plan_chunks
 from cdc_core.state import read_json, snapshots_dir, write_json
 
@@ -241,16 +241,20 @@ def multiset_problem(
 
 
 def condition_problem(
-    conn: psycopg.Connection[tuple[object, ...]], table: TableName, condition: str, *,
-    select: bool = False,
+    conn: psycopg.Connection[tuple[object, ...]], table: TableName, condition: str,
+    keys: KeyColumns, *, select: bool = False,
 ) -> str | None:  # fmt: skip
     """Why `condition` (a WHERE condition on `table`, or with `select` a whole SELECT) cannot
-    be read, or None. Nothing in it may reach past the parentheses a read puts it in
-    (`sql_text.escape`); then the server plans it as one statement (EXPLAIN, read-only, in the
-    extended protocol, which refuses several; nothing runs), on lines of its own, as reads
-    put it, so a trailing `--` comment cannot hide the closing parenthesis."""
+    be read, or None. A table whose mirror is a multiset is read whole (`multiset_problem`,
+    `keys`: message.key.columns). Nothing in it may reach past the parentheses a read puts it
+    in (`sql_text.leaves_parentheses`); then the server plans it as one statement (EXPLAIN,
+    read-only, in the extended protocol, which refuses several; nothing runs), on lines of its
+    own, as reads put it, so a trailing `--` comment cannot hide the closing parenthesis."""
+    multiset = multiset_problem(conn, table, keys)
+    if multiset is not None:
+        return multiset
     what = "SELECT" if select else "condition"
-    reaches = escape(condition)
+    reaches = leaves_parentheses(condition)
     if reaches is not None:
         return f"the {what} {condition!r} for {table} is refused: {reaches}"
     source = (

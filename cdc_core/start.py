@@ -54,7 +54,6 @@ from cdc_core.snapshot import (
     SnapshotJob,
     condition_problem,
     load_jobs,
-    multiset_problem,
     plan_job,
     set_paused,
 )
@@ -465,8 +464,8 @@ def _carry_out(
         keys = config.pipeline.source.message_key_columns
         problems = [
             problem for t, c in signal.conditions.items()
-            if (problem := multiset_problem(conn, t, keys)
-                or condition_problem(conn, t, c, select=signal.kind == "blocking"))
+            if (problem := condition_problem(conn, t, c, keys,
+                                             select=signal.kind == "blocking"))
         ]  # fmt: skip
         if problems:
             signal = SignalProblem(row.id, "; ".join(problems))

@@ -1,6 +1,7 @@
 """Where literals, quoted names and comments begin and end in SQL text, as the PostgreSQL JDBC
-driver's lexer decides it: what `for_jdbc` escapes for the driver, and what `escape` looks for
-in a snapshot's condition before the product puts it in a query."""
+driver's lexer decides it: what `for_jdbc` escapes for the driver, and what
+`leaves_parentheses` looks for in a snapshot's condition before the product puts it in a
+query."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def _code(query: str) -> Iterator[int]:
         i += 1
 
 
-def escape(condition: str) -> str | None:
+def leaves_parentheses(condition: str) -> str | None:
     """What in `condition` (a snapshot's WHERE condition, or a blocking one's SELECT) would reach
     past the parentheses a read puts it in, or None: a `;` (the driver runs what follows as
     another statement) or a `)` that closes more than the condition opened (what follows it

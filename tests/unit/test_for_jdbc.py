@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc_core.pg.sql_text import escape, for_jdbc
+from cdc_core.pg.sql_text import for_jdbc, leaves_parentheses
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_a_condition_that_reaches_past_its_parentheses_is_named(
 ) -> None:
     """A snapshot's condition goes inside parentheses in the read's query: a `;` would start
     another statement (the driver runs each), a `)` too many would end the condition early."""
-    found = escape(condition)
+    found = leaves_parentheses(condition)
     if reaches is None:
         assert found is None
     else:
