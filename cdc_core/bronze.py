@@ -84,10 +84,9 @@ def ensure_bronze(spark: SparkSession, lake: Lake) -> None:
     """Create the bronze table if missing (partitioned by table, statistics on the order), or
     add the columns a newer version of the envelope has."""
     if DeltaTable.isDeltaTable(spark, lake.bronze):
-        existing = set(DeltaTable.forPath(spark, lake.bronze).toDF().columns)
-        added = [f for f in BRONZE.fields if f.name not in existing]
+        added = _missing(DeltaTable.forPath(spark, lake.bronze).toDF().schema, BRONZE)
         if added:
-            columns = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in added)
+            columns = ", ".join(f"{name} {t.simpleString()}" for name, t in added)
             spark.sql(f"ALTER TABLE {sql_name(lake.bronze)} ADD COLUMNS ({columns})")
         return
     (
@@ -98,6 +97,22 @@ def ensure_bronze(spark: SparkSession, lake: Lake) -> None:
         .property("delta.dataSkippingStatsColumns", STATS_COLUMNS)
         .execute()
     )
+
+
+def _missing(
+    existing: T.StructType, wanted: T.StructType, prefix: str = ""
+) -> list[tuple[str, T.DataType]]:
+    """The fields of `wanted` that `existing` lacks, a struct's own fields too, as quoted
+    (dotted) names and types for ALTER TABLE ADD COLUMNS."""
+    have = {f.name: f.dataType for f in existing.fields}
+    out: list[tuple[str, T.DataType]] = []
+    for f in wanted.fields:
+        name, had = f"{prefix}{quoted(f.name)}", have.get(f.name)
+        if had is None:
+            out.append((name, f.dataType))
+        elif isinstance(f.dataType, T.StructType) and isinstance(had, T.StructType):
+            out += _missing(had, f.dataType, f"{name}.")
+    return out
 
 
 def applied_end(spark: Spark, lake: Lake) -> Lsn:

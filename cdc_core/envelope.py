@@ -64,6 +64,8 @@ READ_VIEW = T.StructType(  # the MVCC snapshot a snapshot read saw: 32-bit xids,
         T.StructField("xmin", T.LongType()),
         T.StructField("xmax", T.LongType()),
         T.StructField("xip", T.ArrayType(T.LongType())),
+        # where the changes it did not see begin in the stream (`snapshot_window.ReadView`)
+        T.StructField("unseen_from", T.LongType()),
     ]
 )
 BRONZE = T.StructType(

@@ -42,6 +42,8 @@ from cdc_core.silver_batch import (
     typed,
     typed_with,
     unsent_columns,
+    view_column,
+    visible,
 )
 from cdc_core.silver_shape import (
     SchemaChangeError,
@@ -242,6 +244,8 @@ def apply_table(
             )
     if reads and not shape.key:  # a snapshot of a table without a key replaces its content
         _empty(spark, path, settings, version=end[0], watermark=after, marks=marks)
+        if truncated is None:
+            batch = _with_unseen_applied(spark, lake, table, batch, after, slot=settings.slot)
     typed_rows, set_aside = _applicable(
         spark, lake, table, batch, shape, typed_rows=typed_rows,
         refused=ready.refused if ready is not None else 0, settings=settings,
@@ -252,6 +256,33 @@ def apply_table(
         _merge(spark, path, shape, typed_rows, end=end, settings=settings, unsent=unsent,
                reads=reads > 0, marks=marks)  # fmt: skip
     return TableResult(table.qualified, changes, dead_letters=set_aside)
+
+
+def _with_unseen_applied(
+    spark: SparkSession, lake: Lake, table: TableName, batch: DataFrame,
+    after: tuple[int, int], *, slot: str | None,
+) -> DataFrame:  # fmt: skip
+    """A batch that replaces a table's content by a snapshot read (it has no key), with the
+    changes before the batch (up to `after`) that the newest read did not see: committed, but
+    still running for the read's snapshot (`cdc_core.snapshot_window`). An earlier batch applied
+    them and emptying the mirror took them out: the multiset source puts them on top of the
+    read, with the batch's own changes the read did not see. None are before the read's
+    `unseen_from`, which is usually past `after`: then bronze is not read."""
+    newest = (
+        batch.where(F.col("op") == "r").orderBy(F.col("commit_lsn").desc())
+        .select("read_view").first()
+    )  # fmt: skip
+    view = newest["read_view"] if newest is not None else None
+    if view is None or view["unseen_from"] is None or view["unseen_from"] > after[0]:
+        return batch
+    bronze = spark.read.format("delta").load(lake.bronze)
+    of_table, op = _of_table(table.qualified, slot)
+    unseen = bronze.where(
+        of_table & F.col("op").isin("c", "u", "d") & ~after_position(*after)
+        & (F.col("commit_lsn") >= view["unseen_from"]) & F.col("source.txId").isNotNull()
+        & ~visible(F.col("source.txId"), view_column(view.asDict()))
+    ).withColumn("op", op)  # fmt: skip
+    return unseen.unionByName(batch)
 
 
 def _applicable(

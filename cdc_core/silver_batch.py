@@ -49,6 +49,11 @@ def visible(xid: Column, view: Column) -> Column:
     )
 
 
+def view_column(read_view: dict[str, object]) -> Column:
+    """A read's view (bronze's `read_view`, as a dict) as a literal struct, for `visible`."""
+    return F.struct(*[F.lit(v).alias(k) for k, v in read_view.items()])
+
+
 def with_phase(changes: DataFrame, key: list[str]) -> DataFrame:
     """`_phase` orders a key's changes around a snapshot read of it, by visibility, not by LSN:
     0 the read already saw it, 1 the read itself (or no read of this key), 2 it came after."""
@@ -121,8 +126,8 @@ def multiset_source(
     A row is identified by its whole content (`_cdc_row_hash`); identical rows add up. With a
     snapshot read in the batch (`read_view`), changes the read already saw are left out."""
     if read_view is not None:
-        view = F.struct(*[F.lit(v).alias(k) for k, v in read_view.items()])
-        seen = (F.col("op") != "r") & F.col("_xid").isNotNull() & visible(F.col("_xid"), view)
+        seen = F.col("_xid").isNotNull() & visible(F.col("_xid"), view_column(read_view))
+        seen = (F.col("op") != "r") & seen
         values = values.where(~seen)
     plus = values.where(F.col("op").isin("c", "r", "u")).withColumn("_cdc_delta", F.lit(1))
     minus = (

@@ -763,6 +763,7 @@ def _envelopes(rows: DataFrame, read: GroupRead, view: ReadView) -> DataFrame:
     read_view = F.struct(
         F.lit(view.xmin).cast("long").alias("xmin"), F.lit(view.xmax).cast("long").alias("xmax"),
         F.array(*[F.lit(x).cast("long") for x in view.xip]).cast("array<bigint>").alias("xip"),
+        F.lit((view.unseen_from or view.before).value).cast("long").alias("unseen_from"),
     )  # fmt: skip
     values = {
         "op": F.lit("r"), "key": key, "before": F.lit(None).cast("string"), "after": after,

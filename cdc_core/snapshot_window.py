@@ -136,12 +136,12 @@ def overtaken(
     """What the staged stream says about `table` inside `view`'s window (see the module); the
     events whose op is in `skipped` (skipped.operations) are not in the stream bronze gets."""
     out = Overtaken()
-    if not key:
-        return out  # no key to match rows by: silver orders a keyless read by visibility
     files = staged_files(lake.changes)
-    window = [("commit_lsn", ">=", view.before.value), ("commit_lsn", "<", view.position.value)]
     changes = _committed_unseen(lake, files, table, view)
     out.unseen_from = Lsn(min([view.before.value, *(r["commit_lsn"] for r in changes)]))
+    if not key:  # no key to match rows by: silver puts the changes the read did not see, from
+        return out  # `unseen_from` on, on top of the read (`silver.apply_table`)
+    window = [("commit_lsn", ">=", view.before.value), ("commit_lsn", "<", view.position.value)]
     for staged in files:
         if staged.end <= view.before or staged.start >= view.position:
             continue

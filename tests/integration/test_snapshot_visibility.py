@@ -71,15 +71,23 @@ def _waiting_commit(
     raise AssertionError("the commit does not wait for the standby")
 
 
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "CREATE TABLE accounts (id int PRIMARY KEY, v text)",
+        # no key: the read replaces the mirror's content, the update applied before included
+        "CREATE TABLE accounts (id int, v text); ALTER TABLE accounts REPLICA IDENTITY FULL",
+    ],
+    ids=["keyed", "keyless"],
+)
 def test_a_read_does_not_undo_a_change_the_stream_has_and_it_cannot_see(
-    server: PgServer, tmp_path: Path, spark: SparkSession
+    server: PgServer, tmp_path: Path, spark: SparkSession, ddl: str
 ) -> None:
     database = server.create_database("visibility")
     dsn = server.dsn(database)
     admin = server.dsn()
     try:
-        sql(dsn, "CREATE TABLE accounts (id int PRIMARY KEY, v text)",
-            "INSERT INTO accounts VALUES (1, 'old'), (2, 'two')")  # fmt: skip
+        sql(dsn, ddl, "INSERT INTO accounts VALUES (1, 'old'), (2, 'two')")
         p = make_pipeline(tmp_path, dsn, [ACCOUNTS.qualified], snapshot="initial")
         run = p.ingest()
         assert run.returncode == 0, run.stderr[-3000:]
