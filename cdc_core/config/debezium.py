@@ -229,7 +229,7 @@ def _configuration_based(
     """`snapshot.mode: configuration_based` as the mode its flags describe (Debezium snapshots
     at every start when snapshot.data is set, whatever is stored); flags no mode here matches are
     refused, naming the closest."""
-    if props.get("snapshot.mode", "").strip() != "configuration_based":
+    if props.get("snapshot.mode", "").strip().lower() != "configuration_based":
         return props
     flags = {f: _flag(props, f, shown) for f in _BASED_FLAGS}
     data, stream, on_error = (flags[f] for f in _BASED_FLAGS[:3])
@@ -518,12 +518,13 @@ def _snapshot_mode(text: str, out: Imported, shown: str) -> str:
     the older names renamed; a mode with no counterpart is refused."""
     mode = next(f for f in dataclasses.fields(SnapshotConfig) if f.name == "mode")
     aliases = {**mode.metadata.get("aliases", {}), **_LEGACY_SNAPSHOT_MODES}
-    if text in aliases:
+    folded = text.lower()  # Debezium parses its modes in any case
+    if folded in aliases:
         out.notes.append(f"snapshot.mode {text!r} is deprecated or renamed in Debezium: "
-                         f"written as {aliases[text]}")  # fmt: skip
-        return str(aliases[text])
+                         f"written as {aliases[folded]}")  # fmt: skip
+        return str(aliases[folded])
     allowed = typing.get_args(SnapshotMode)
-    if text in ("custom", "recovery", "schema_only_recovery"):
+    if folded in ("custom", "recovery", "schema_only_recovery"):
         raise ConfigError(shown, "snapshot.mode", f"{text!r} has no counterpart here: choose "
                           f"one of {', '.join(allowed)} and import again")  # fmt: skip
-    return text
+    return folded if folded in allowed else text

@@ -288,11 +288,15 @@ class Builder:
         allowed = [str(a) for a in get_args(tp)]
         aliases: dict[str, str] = dict(f.metadata.get("aliases", {})) if f else {}
         text = str(raw).strip() if isinstance(raw, str | int) else None
-        if text in aliases:
-            log.warning("%s: %s: %r is deprecated, use %r", self.file, path, text, aliases[text])
-            return aliases[text]
-        if text in allowed:
-            return text
+        # in any case, as Debezium parses its enumerated values (equalsIgnoreCase)
+        folded = {a.lower(): a for a in [*allowed, *aliases]}.get((text or "").lower())
+        if folded in aliases:
+            log.warning("%s: %s: %r is deprecated, use %r", self.file, path, text, aliases[folded])
+            return aliases[folded]
+        if folded in allowed:
+            return folded
+        if raw is None or isinstance(raw, list | dict):
+            raise self.error(path, f"expected one of {', '.join(allowed)}, got {_kind(raw)}")
         raise self.error(
             path,
             f"{raw!r} is not one of {', '.join(allowed)}{suggest(str(raw), allowed)}",

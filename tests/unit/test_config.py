@@ -183,6 +183,34 @@ def test_wrong_enum_value_lists_the_choices_and_suggests(tmp_path: Path) -> None
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "got"),
+    [("[initial]", "a list"), ("{initial: 1}", "a mapping"), ("", "nothing (null)")],
+)
+def test_a_choice_given_as_a_list_a_mapping_or_nothing_says_so(
+    tmp_path: Path, value: str, got: str
+) -> None:
+    message = load_error(tmp_path, CONTRACT.replace("mode: initial ", f"mode: {value} "))
+    assert message == (
+        "pipelines/orders.yaml: snapshot.mode: expected one of initial, always, initial_only, "
+        f"no_data, when_needed, got {got}"
+    )
+
+
+def test_a_choice_is_taken_in_any_case_as_debezium_parses_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    home = write_home(tmp_path, CONTRACT.replace("mode: initial ", "mode: When_Needed "))
+    assert load_pipeline("orders", "local", home=home, environ={}).pipeline.snapshot.mode == (
+        "when_needed"
+    )
+    home = write_home(tmp_path, CONTRACT.replace("mode: initial ", "mode: NEVER "))
+    assert load_pipeline("orders", "local", home=home, environ={}).pipeline.snapshot.mode == (
+        "no_data"
+    )
+    assert "'NEVER' is deprecated, use 'no_data'" in caplog.text
+
+
 def test_never_is_a_deprecated_alias_of_no_data(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -277,6 +277,12 @@ def test_snapshot_modes_map_and_deprecated_ones_are_renamed(
     code, _, err = run(capsys, write_json(home, BASE | {"snapshot.mode": "custom"}), "--force")
     assert code == 2
     assert err.startswith("error: connector.json: snapshot.mode: 'custom' has no counterpart")
+    code, out, _ = run(capsys, write_json(home, BASE | {"snapshot.mode": "NEVER"}), "--force")
+    assert code == 0  # Debezium parses a mode in any case
+    assert pipeline_data(home)["snapshot"] == {"mode": "no_data"}
+    code, _, _ = run(capsys, write_json(home, BASE | {"snapshot.mode": "When_Needed"}), "--force")
+    assert code == 0
+    assert pipeline_data(home)["snapshot"] == {"mode": "when_needed"}
 
 
 BASED = "snapshot.mode.configuration.based."
