@@ -1,7 +1,8 @@
 """`cdc status`: where a pipeline stands, from the slot, `_state` and the Delta logs, no Spark.
 
 Each part is read on its own, so what can be read is shown even when another part cannot: an
-unreachable source still shows what the lake says (and exits 75, try again), a table whose log
+unreachable source still shows what the lake says (and exits 75, try again; 1 when the server
+refused the login, which no retry changes), a table whose log
 cannot be read is a line of its own. The exit code says whether someone has to act: 1 for a
 missing or lost slot, a pipeline that has not run for `--stale-after`, or an unreadable part.
 """
@@ -20,7 +21,14 @@ import psycopg
 
 from cdc_core import delta_log, dropped
 from cdc_core.config import ByteSize, Config, Dsn, SourceConfig, with_tables
-from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_TRANSIENT, CdcError, ConfigError
+from cdc_core.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_TRANSIENT,
+    CdcError,
+    ConfigError,
+    TransientError,
+)
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lost_position import forked_history
@@ -79,6 +87,7 @@ class SourceStatus:
     error: str | None = None
     system_identifier: str | None = None  # the cluster's (None: not shown to the role)
     timeline: int | None = None  # the server's WAL timeline (a promoted standby starts one)
+    lasting: bool = False  # unreachable for a reason no retry fixes (a login refused)
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,7 @@ class PipelineStatus:
     @property
     def exit_code(self) -> int:
         if not self.source.reachable:  # the slot is unknown; the outage may explain the rest
-            return EXIT_TRANSIENT
+            return EXIT_FAILURE if self.source.lasting else EXIT_TRANSIENT
         return EXIT_FAILURE if self.problems else EXIT_OK
 
     def to_json(self) -> dict[str, object]:
@@ -249,8 +258,10 @@ def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
         with connect(dsn) as conn:
             row = conn.execute(_SLOT_QUERY, (name,)).fetchone()
             system, timeline = system_identifier(conn), current_timeline(conn)
-    except CdcError as e:  # connect's TransientError already names the server
+    except TransientError as e:  # connect's names the server
         return SourceStatus(False, str(e)), SlotStatus(name)
+    except CdcError as e:  # a login refused: the same next time, whoever retries
+        return SourceStatus(False, str(e), lasting=True), SlotStatus(name)
     except psycopg.Error as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return SourceStatus(False, f"cannot read {dsn.redacted}: {reason}"), SlotStatus(name)

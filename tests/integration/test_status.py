@@ -119,6 +119,13 @@ def test_status_of_a_pipeline_whose_slot_was_dropped_exits_1_and_says_so(
     assert f"problem: slot {p.slot} does not exist (dropped?)" in human.stdout
     assert "public.items     -  not yet created" in human.stdout
 
+    # a login the server refuses for good is not "try again" (75) but a problem (1)
+    p.edit(f"dbname={database}", "dbname=no_such_database")
+    data = status_json(p, expected_exit=1)
+    assert data["source"]["reachable"] is False
+    assert data["source"]["lasting"] is True
+    assert 'database "no_such_database" does not exist' in data["source"]["error"]
+
 
 def test_past_retained_wal_fail_each_batch_says_so_and_ingest_keeps_consuming(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession

@@ -355,6 +355,13 @@ def test_an_unreachable_source_exits_75_and_the_lake_is_still_shown() -> None:
     assert "problem: source unreachable: cannot connect to PostgreSQL at x: refused" in text
 
 
+def test_a_source_that_refuses_the_login_exits_1_not_75() -> None:
+    refused = st.SourceStatus(False, "password authentication failed", lasting=True)
+    status = sample(source=refused, slot=st.SlotStatus("orders_cdc"))
+
+    assert status.exit_code == 1
+
+
 def test_a_retired_pipeline_is_healthy_without_its_slot_and_its_runs() -> None:
     """After cdc retire no slot and no run are expected; a slot made again is a problem (it pins
     WAL nobody reads), and so is a retirement cut short before the slot was dropped."""
