@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cdc_core.metrics")
 
-_TAIL_BYTES = 64 << 10  # a batch line is far smaller
+_TAIL_BYTES = 64 << 10  # read from the end a chunk at a time
 _DAY_S = 86_400.0
 
 
@@ -209,21 +209,30 @@ def last_batch(lake: Lake) -> dict[str, Any] | None:
     path = batches_file(lake)
     if isinstance(path, ObjectPath):
         return _BatchObjects(path).last()
+    return next(_newest_first(path), None)
+
+
+def _newest_first(path: Path) -> Iterator[dict[str, Any]]:
+    """The file's batch lines, newest first, read from its end a chunk at a time (a line may
+    be longer than a chunk: a batch of thousands of tables lists them all). Lines that do not
+    parse (cut by a crash mid-write) are passed over."""
     try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - _TAIL_BYTES))
-            lines = f.read().splitlines()
+        f = path.open("rb")
     except FileNotFoundError:
-        return None
-    for line in reversed(lines):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a crash mid-write
-        if isinstance(data, dict):
-            return data
-    return None
+        return
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        tail = b""
+        while end > 0:
+            start = max(0, end - _TAIL_BYTES)
+            f.seek(start)
+            lines = (f.read(end - start) + tail).split(b"\n")
+            tail = lines.pop(0) if start > 0 else b""  # a line cut by the chunk boundary
+            for line in reversed(lines):
+                record = json_line(line)
+                if record is not None:
+                    yield record
+            end = start
 
 
 def record_batch(lake: Lake, record: dict[str, Any]) -> None:
@@ -233,8 +242,14 @@ def record_batch(lake: Lake, record: dict[str, Any]) -> None:
         _BatchObjects(path).record(record)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    with path.open("a+b") as f:  # writes go to the end, wherever reads seek
+        end = f.seek(0, os.SEEK_END)
+        if end:
+            f.seek(end - 1)
+            if f.read(1) != b"\n":  # the last line was cut by a crash mid-write: end it
+                line = b"\n" + line
+        f.write(line)
         f.flush()
         os.fsync(f.fileno())
 
@@ -440,28 +455,11 @@ def batch_lines_after(lake: Lake, batch: int) -> list[dict[str, Any]]:
     path = batches_file(lake)
     if isinstance(path, ObjectPath):
         return _BatchObjects(path).after(batch)
-    try:
-        f = path.open("rb")
-    except FileNotFoundError:
-        return []
     found: list[dict[str, Any]] = []
-    with f:
-        end = f.seek(0, os.SEEK_END)
-        tail = b""
-        while end > 0:
-            start = max(0, end - _TAIL_BYTES)
-            f.seek(start)
-            chunk = f.read(end - start) + tail
-            lines = chunk.split(b"\n")
-            tail = lines.pop(0) if start > 0 else b""  # a line cut by the chunk boundary
-            for line in reversed(lines):
-                record = json_line(line)
-                if record is None:
-                    continue
-                if int(record.get("batch", 0)) <= batch:
-                    return found[::-1]
-                found.append(record)
-            end = start
+    for record in _newest_first(path):
+        if int(record.get("batch", 0)) <= batch:
+            break
+        found.append(record)
     return found[::-1]
 
 

@@ -48,6 +48,23 @@ def test_the_newest_whole_line_is_the_last_batch(tmp_path: Path) -> None:
     with batches_file(lake).open("a") as f:
         f.write('{"batch": 3, "chan')  # a crash in the middle of a line
     assert last_batch(lake) == {"batch": 2}
+    record_batch(lake, {"batch": 3})  # the next line starts a line of its own
+    assert last_batch(lake) == {"batch": 3}
+    assert [r["batch"] for r in batch_lines_after(lake, 0)] == [1, 2, 3]
+
+
+def test_a_batch_line_longer_than_a_chunk_is_still_the_last_batch(tmp_path: Path) -> None:
+    """A batch of thousands of captured tables lists them all: a line of over 64 KiB."""
+    lake = Lake(str(tmp_path))
+    tables = [f"erp.a_table_with_a_rather_long_name_{n:05d}" for n in range(3000)]
+    for n in (1, 2, 3):
+        record_batch(lake, {"batch": n, "CapturedTables": tables})
+    assert batches_file(lake).stat().st_size > 3 * metrics._TAIL_BYTES
+
+    last = last_batch(lake)
+
+    assert last is not None and last["batch"] == 3 and last["CapturedTables"] == tables
+    assert [r["batch"] for r in batch_lines_after(lake, 1)] == [2, 3]
 
 
 def test_the_lines_after_a_batch_are_read_from_the_end_across_chunks(
