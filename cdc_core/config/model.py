@@ -1326,6 +1326,9 @@ class SilverConfig:
             )
 
 
+_CENTURY_H = 876_600  # hours in 100 years (of 365.25 days): the longest retention taken
+
+
 @dataclass(frozen=True)
 class MaintenanceConfig:
     """What `jobs/maintain.py` does: compaction, VACUUM, removal of applied staged files, bronze
@@ -1371,10 +1374,16 @@ class MaintenanceConfig:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        for key in ("vacuum_retention_hours", "staged_retention_hours", "bronze_retention_days"):
+        for key, most in (("vacuum_retention_hours", _CENTURY_H),
+                          ("staged_retention_hours", _CENTURY_H),
+                          ("bronze_retention_days", _CENTURY_H // 24)):  # fmt: skip
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise FieldError(key, f"{value} is negative: give 0 or more")
+            if value is not None and value > most:  # a cutoff past 64 bits of ms crashed in Spark
+                raise FieldError(key, f"{value} is more than a century: give at most {most}"
+                                 + (", or leave it unset to keep bronze whole"
+                                    if key == "bronze_retention_days" else ""))  # fmt: skip
         if self.vacuum_retention_check and self.vacuum_retention_hours < SAFE_VACUUM_HOURS:
             raise FieldError(
                 "vacuum_retention_hours",

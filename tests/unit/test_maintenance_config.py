@@ -34,6 +34,28 @@ def test_negative_retention_fails_at_load_naming_the_key(tmp_path: Path, key: st
     assert message == (f"pipelines/orders.yaml: maintenance.{key}: -1 is negative: give 0 or more")
 
 
+@pytest.mark.parametrize(
+    ("key", "most", "way_out"),
+    [
+        ("vacuum_retention_hours", 876_600, ""),
+        ("staged_retention_hours", 876_600, ""),
+        ("bronze_retention_days", 36_525, ", or leave it unset to keep bronze whole"),
+    ],
+)
+def test_a_retention_past_a_century_fails_at_load_naming_the_key(
+    tmp_path: Path, key: str, most: int, way_out: str
+) -> None:
+    """Maintenance's cutoff, in milliseconds, must fit 64 bits (Spark's JVM failed on it)."""
+    message = load_error(tmp_path, CONTRACT + f"maintenance:\n  {key}: 100000000000000000000\n")
+    assert message == (
+        f"pipelines/orders.yaml: maintenance.{key}: 100000000000000000000 is more than a century: "
+        f"give at most {most}{way_out}"
+    )
+    home = write_home(tmp_path, CONTRACT + f"maintenance:\n  {key}: {most}\n")
+    config = load_pipeline("orders", "local", home=home, environ={})
+    assert getattr(config.pipeline.maintenance, key) == most
+
+
 def test_vacuum_below_delta_s_safety_minimum_needs_the_check_turned_off(tmp_path: Path) -> None:
     short = CONTRACT + "maintenance:\n  vacuum_retention_hours: 24\n"
     message = load_error(tmp_path, short)

@@ -63,7 +63,9 @@ def test_a_batch_line_longer_than_a_chunk_is_still_the_last_batch(tmp_path: Path
 
     last = last_batch(lake)
 
-    assert last is not None and last["batch"] == 3 and last["CapturedTables"] == tables
+    assert last is not None
+    assert last["batch"] == 3
+    assert last["CapturedTables"] == tables
     assert [r["batch"] for r in batch_lines_after(lake, 1)] == [2, 3]
 
 
