@@ -55,8 +55,10 @@ def silver_settings(config: Config) -> SilverSettings:
 def apply_staged(
     spark: Spark, lake: Lake, config: Config, *, streaming: bool = True,
     caught: CaughtUp | None = None,
+    before_append: Callable[[Sequence[StagedFile]], None] | None = None,
 ) -> tuple[BronzeSummary, list[TableResult], int | None]:  # fmt: skip
     """Append every staged file not yet in bronze, then merge every table's pending rows.
+    `before_append` sees those files first (maintenance may remove one once bronze has it).
 
     Returns the stream frontier too: bronze holds every change committed before it, so silver
     takes snapshot reads up to it (a read's place in the stream must not be passed before the
@@ -71,6 +73,8 @@ def apply_staged(
                             source.skipped_operations.codes,
                             source.skip_messages_without_change)  # fmt: skip
     files = pending_files(spark, lake)
+    if before_append is not None and files:
+        before_append(files)
     with if_driver_dies(spark, lambda: driver_died_applying(lake, config, files)):
         bronze = (
             append_staged(session_of(spark), lake, files, options=options)

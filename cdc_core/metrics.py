@@ -63,11 +63,21 @@ class Freshness:
 
     @classmethod
     def of(cls, commit_times_us: pa.Array, visible_us: int) -> Freshness:
-        if not len(commit_times_us):
+        return cls.over([(commit_times_us, visible_us)])
+
+    @classmethod
+    def over(cls, parts: Sequence[tuple[pa.Array, int]]) -> Freshness:
+        """Over changes made visible at different moments of a batch: (commit times, when)."""
+        parts = [(times, visible) for times, visible in parts if len(times)]
+        if not parts:
             return cls()
-        lag = pc.divide(pc.subtract(pa.scalar(visible_us, pa.int64()), commit_times_us), 1e6)
+        lag = pa.chunked_array(
+            [pc.divide(pc.subtract(pa.scalar(v, pa.int64()), t), 1e6) for t, v in parts],
+            pa.float64(),
+        )  # fmt: skip
         p50, p99 = pc.quantile(lag, q=[0.5, 0.99], interpolation="nearest").to_pylist()
-        newest = (visible_us - pc.max(commit_times_us).as_py()) / 1e6
+        times, visible = max(parts, key=lambda part: pc.max(part[0]).as_py())
+        newest = (visible - pc.max(times).as_py()) / 1e6
         return cls(p50, p99, pc.max(lag).as_py(), newest)
 
 

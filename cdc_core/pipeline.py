@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from cdc_core import dropped, faults
 from cdc_core.capture import CaptureSummary, capture, heartbeat
 from cdc_core.capture import catch_up as catch_up_stream
@@ -53,6 +55,7 @@ from cdc_core.pg.doctor import Check, run_doctor
 from cdc_core.pg.identity import table_identity_problem
 from cdc_core.pg.slot import autoset_replica_identity
 from cdc_core.run_lock import run_lock
+from cdc_core.stager import StagedFile
 from cdc_core.start import start, take_signals
 from cdc_core.state import check_owner, refuse_retired
 from cdc_core.transient import transient_failures
@@ -338,12 +341,14 @@ def _batch(
     pipeline = config.pipeline
     begun = start(config, lake)
     streaming = begun.decision.stream
+    visible = _Visible(lake)
     # what an earlier run left goes in before snapshot reads; without reads, one pass does all
     pending = (
-        apply_staged(spark, lake, config, streaming=streaming)
+        apply_staged(spark, lake, config, streaming=streaming, before_append=visible.staged_before)
         if begun.jobs
         else (BronzeSummary(0, 0, None), [], None)
     )
+    visible.passed()
     caught: list[CaptureSummary] = []
 
     def catch_up(position: Lsn) -> None:  # each snapshot read: stage the stream past it
@@ -365,6 +370,7 @@ def _batch(
         caught.append(capture(config, lake))
     captured = functools.reduce(CaptureSummary.plus, caught) if caught else None
     staged = staged_facts([lake.changes / str(f) for f in captured.files] if captured else [])
+    visible.captured = frozenset(captured.files if captured else ())
     if mirrors is None:
         from cdc_core.silver import CaughtUp
 
@@ -373,7 +379,9 @@ def _batch(
         mirrors.versions.clear()  # snapshot reads may wait behind the frontier: check them all
         mirrors.save(lake)
     known = None if begun.jobs or begun.reset else mirrors  # a reset is in no table's files
-    applied = apply_staged(spark, lake, config, streaming=streaming, caught=known)
+    applied = apply_staged(
+        spark, lake, config, streaming=streaming, caught=known, before_append=visible.staged_before
+    )
     if known is not None:
         known.save(lake)
     visible_us = now_us()
@@ -388,7 +396,7 @@ def _batch(
                          time.monotonic() - started, read, tuple(finished))  # fmt: skip
     retained_wal = _check_retained_wal(config) if streaming else None
     faults.point("batch.before_record")
-    fresh = Freshness.of(staged.commit_times_us, visible_us)
+    fresh = visible.freshness(staged.commit_times_us, visible_us)
     record = _record(lake, summary, totals, fresh, started_us=started_us, visible_us=visible_us,
                      snapshots=begun.jobs, retained_wal=retained_wal, staged=staged,
                      aborted=bool(begun.aborted), tables=pipeline.source.tables)  # fmt: skip
@@ -403,6 +411,32 @@ def _batch(
     if errors:
         raise TerminalError("; ".join(errors))
     return summary
+
+
+class _Visible:
+    """What a batch makes visible in silver, for its freshness: the changes it captured, and
+    those staged before it (by `--capture-only`, or a run that failed after its capture), read
+    as a silver pass takes them (maintenance may remove a file once bronze has it) and visible
+    when that pass ends."""
+
+    def __init__(self, lake: Lake) -> None:
+        self.lake = lake
+        self.captured: frozenset[StagedFile] = frozenset()  # this batch's own files
+        self.parts: list[tuple[pa.Array, int | None]] = []  # commit times, visible (None: not yet)
+
+    def staged_before(self, files: Sequence[StagedFile]) -> None:
+        others = [self.lake.changes / str(f) for f in files if f not in self.captured]
+        self.parts.append((staged_facts(others).commit_times_us, None))
+
+    def passed(self) -> None:
+        """A silver pass ended: what it took is visible now."""
+        now = now_us()
+        self.parts = [(times, now if at is None else at) for times, at in self.parts]
+
+    def freshness(self, captured_times_us: pa.Array, visible_us: int) -> Freshness:
+        """`visible_us`: when the last pass ended."""
+        parts = [(times, visible_us if at is None else at) for times, at in self.parts]
+        return Freshness.over([(captured_times_us, visible_us), *parts])
 
 
 def _flush_tables(

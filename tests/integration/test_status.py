@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,12 @@ def test_status_after_a_run_shows_the_slot_the_mirror_and_then_the_pending_captu
     assert pending["files"] >= 1
     assert pending["bytes"] > 0
     assert f"{pending['files']} staged files" in cdc_status(p).stdout
+
+    time.sleep(3)
+    ingest_ok(p)  # stages nothing new: what it makes visible was staged before it
+    batch = status_json(p)["last_batch"]
+    assert batch["changes"] == 0
+    assert batch["freshness_max_s"] >= 3, batch  # the five inserts, committed 3 s before
 
 
 def test_status_of_a_pipeline_whose_slot_was_dropped_exits_1_and_says_so(

@@ -40,6 +40,18 @@ def test_freshness_over_the_changes_of_a_batch() -> None:
     assert Freshness.of(pa.array([], pa.int64()), visible) == Freshness()
 
 
+def test_freshness_over_changes_made_visible_at_two_moments() -> None:
+    """Changes staged before the batch, taken by the pass before its snapshot reads, are
+    visible when that pass ends; the batch's own at its end."""
+    early, end = 50_000_000, 100_000_000
+    staged_before = pa.array([early - 40_000_000, early - 30_000_000])  # 40 s, 30 s
+    captured = pa.array([end - 2_000_000] * 3)  # 2 s
+    f = Freshness.over([(captured, end), (staged_before, early), (pa.array([], pa.int64()), end)])
+    assert (f.p50_s, f.max_s, f.newest_s) == (2.0, 40.0, 2.0)
+    f = Freshness.over([(pa.array([], pa.int64()), end), (staged_before, early)])
+    assert (f.p50_s, f.max_s, f.newest_s) == (30.0, 40.0, 30.0)
+
+
 def test_the_newest_whole_line_is_the_last_batch(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path))
     assert last_batch(lake) is None
