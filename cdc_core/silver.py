@@ -235,7 +235,8 @@ def apply_table(
     typed_rows = ready.rows if ready is not None else None
     if truncated is not None:  # only what follows the last TRUNCATE counts
         position = truncated[:2]
-        _empty(spark, path, settings, version=position[0], watermark=position, marks=marks)
+        _empty(spark, path, settings, txn=once(TRUNCATE_APP, position, after),
+               watermark=position, marks=marks)  # fmt: skip
         batch = batch.where((F.col("op") != "t") & after_position(*position))
         if typed_rows is not None:
             typed_rows = typed_rows.where(
@@ -243,7 +244,8 @@ def apply_table(
                 & after_position(*position, lsn_column="_cdc_lsn", seq_column="_cdc_seq")
             )
     if reads and not shape.key:  # a snapshot of a table without a key replaces its content
-        _empty(spark, path, settings, version=end[0], watermark=after, marks=marks)
+        _empty(spark, path, settings, txn=once(TRUNCATE_APP, end, after), watermark=after,
+               marks=marks)  # fmt: skip
         if truncated is None:
             batch = _with_unseen_applied(spark, lake, table, batch, after, slot=settings.slot)
     typed_rows, set_aside = _applicable(
@@ -252,9 +254,9 @@ def apply_table(
     )  # fmt: skip
     only_reads = shape.key and reads == changes and truncated is None
     if not (only_reads and _append_reads(spark, lake, path, typed_rows, shape, end=end,
-                                         settings=settings, marks=marks)):  # fmt: skip
-        _merge(spark, path, shape, typed_rows, end=end, settings=settings, unsent=unsent,
-               reads=reads > 0, marks=marks)  # fmt: skip
+                                         after=after, settings=settings, marks=marks)):  # fmt: skip
+        _merge(spark, path, shape, typed_rows, end=end, after=after, settings=settings,
+               unsent=unsent, reads=reads > 0, marks=marks)  # fmt: skip
     return TableResult(table.qualified, changes, dead_letters=set_aside)
 
 
@@ -541,31 +543,47 @@ def _purge_tombstones(
     )  # fmt: skip
 
 
+def once(app: str, at: tuple[int, int], mark: tuple[int, int]) -> tuple[str, int]:
+    """The txnAppId and txnVersion that make a write of a mirror at position `at` happen once,
+    its watermark being `mark`: the commit LSN, under `app`. A write at the commit LSN the
+    watermark has reached would be skipped under it as done (a snapshot read sits right before a
+    transaction that commits at the read's very place, and may land a batch earlier): it goes
+    by its place within that commit instead, under an id of that LSN's own."""
+    if at[0] > mark[0]:
+        return app, at[0]
+    return f"{app}@{at[0]}", at[1] + 2  # a read's place is -1
+
+
 def _empty(
-    spark: SparkSession, path: str, settings: SilverSettings, *, version: int,
+    spark: SparkSession, path: str, settings: SilverSettings, *, txn: tuple[str, int],
     watermark: tuple[int, int], marks: dict[str, object],
 ) -> None:  # fmt: skip
-    """Empty the mirror (or mark every row deleted), once per `version`; the commit records
-    `watermark`, where a run that dies right after resumes (and `marks`)."""
+    """Empty the mirror (or mark every row deleted, a multiset's counted to 0), once per `txn`
+    (`once`); the commit records `watermark`, where a run that dies right after resumes (and
+    `marks`)."""
     target = DeltaTable.forPath(spark, path)
     record = {WATERMARK: list(watermark)} | marks
-    with committing(spark, record, app_id=TRUNCATE_APP, version=version):
+    with committing(spark, record, app_id=txn[0], version=txn[1]):
         if settings.soft_delete:
-            target.update(set={"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("t")})
+            gone: dict[str, str | Column] = {"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("t")}
+            if "_cdc_count" in target.toDF().columns:  # a multiset's rows come back counted anew
+                gone["_cdc_count"] = F.lit(0)
+            target.update(set=gone)
         else:
             target.delete()
 
 
 def _merge(
     spark: SparkSession, path: str, shape: TableShape, batch: DataFrame, *,
-    end: tuple[int, int], settings: SilverSettings, unsent: list[str], reads: bool,
-    marks: dict[str, object],
+    end: tuple[int, int], after: tuple[int, int], settings: SilverSettings, unsent: list[str],
+    reads: bool, marks: dict[str, object],
 ) -> None:  # fmt: skip
     """The batch's MERGE, exactly once (txnAppId/txnVersion), recording the watermark (and
     `marks`). `batch`: a keyed table's typed changes, a multiset's parsed changes."""
     before = table_version(spark, path)
     record = {WATERMARK: list(end)} | marks
-    with committing(spark, record, app_id=MERGE_APP, version=end[0]):
+    app, version = once(MERGE_APP, end, after)
+    with committing(spark, record, app_id=app, version=version):
         if shape.key:
             merge_typed(spark, path, shape, batch, settings, unsent=unsent, reads=reads)
         else:
@@ -577,7 +595,8 @@ def _merge(
 
 def _append_reads(
     spark: SparkSession, lake: Lake, path: str, changes: DataFrame, shape: TableShape, *,
-    end: tuple[int, int], settings: SilverSettings, marks: dict[str, object],
+    end: tuple[int, int], after: tuple[int, int], settings: SilverSettings,
+    marks: dict[str, object],
 ) -> bool:  # fmt: skip
     """A batch of snapshot reads alone (typed `changes`), into a mirror without a row, is
     appended: the rows the MERGE would insert, without its join and target scan (an initial
@@ -605,7 +624,8 @@ def _append_reads(
     ]
     rows = rows.select(*typed_as_stored)
     record = {WATERMARK: list(end)} | marks
-    with committing(spark, record, app_id=MERGE_APP, version=end[0]):
+    app, version = once(MERGE_APP, end, after)
+    with committing(spark, record, app_id=app, version=version):
         rows.write.format("delta").mode("append").save(path)
     log.info("%s: snapshot rows appended to its empty mirror", shape.qualified)
     return True
