@@ -323,6 +323,8 @@ def _fast_columns(shape: TableShape, modes: TypeModes) -> tuple[tuple[Column, ..
             return None
         exprs.append(value.alias(name))
         plain.append(text.isNull() | value.isNotNull())
+    # a NULL key (in a message.key.columns column) is refused: Python says why
+    plain += [(F.col("op") == "t") | F.col("_values").getField(k).isNotNull() for k in shape.key]
     return tuple(exprs), F.coalesce(all_of(plain), F.lit(False))
 
 
@@ -342,7 +344,6 @@ def _convert_batches(
 ) -> Iterator[pa.RecordBatch]:
     converters = [(c.name, converter(c.pg, modes)) for c in shape.columns]
     by_name = dict(converters)
-    key = frozenset(shape.key)
     refusals = REFUSED in schema.fieldNames()  # else a refused change raises
     typed_names = [n for n, _ in converters] + [f"_old_{k}" for k in shape.key]
     target = pa.schema([pa.field(f.name, arrow_type(f.dataType)) for f in schema.fields])
@@ -355,18 +356,20 @@ def _convert_batches(
             old_key = row.get("_old_key") or {}
             old_raw: dict[str, str] = {}
             reason: str | None = None
-            try:
+            unsent = frozenset(row.get("_unchanged") or ())  # the placeholder, not a value:
+            try:  # the MERGE keeps the stored one (Debezium's for some arrays is no array text)
                 for name, convert in converters:
-                    out[name].append(_value(convert, values.get(name), name, raw))
+                    text = None if name in unsent else values.get(name)
+                    out[name].append(_value(convert, text, name, raw))
                 for k in shape.key:
                     out[f"_old_{k}"].append(_value(by_name[k], old_key.get(k), k, old_raw))
             except ValueError as e:  # not PostgreSQL's text of the type
                 if not refusals:
                     raise ValueError(unreadable_value(shape, str(e))) from e
                 reason = _blanked(out, typed_names, i, e)
-            held = [(n, raw[n]) for n in key & raw.keys()] + list(old_raw.items())
+            held = _unmatched(shape, row["op"], values, raw, old_raw)
             if held and reason is None:  # a key silver cannot hold: the row could not be matched
-                reason = _key_held(shape, *held[0], refusals=refusals)
+                reason = _key_held(shape, *held, refusals=refusals)
             if reason is None:
                 out["_cdc_raw"].append(list(raw.items()))
             else:  # set aside: every value's text, for the dead letter
@@ -381,6 +384,20 @@ def _convert_batches(
         )
 
 
+def _unmatched(
+    shape: TableShape, op: str, values: dict[str, str | None], raw: dict[str, str],
+    old_raw: dict[str, str],
+) -> tuple[str, str | None] | None:  # fmt: skip
+    """A key column whose value would match no row, and its text: one its silver type cannot
+    hold (`raw`, `old_raw`: the texts kept of such values), or NULL (a message.key.columns
+    column may be nullable)."""
+    held: list[tuple[str, str | None]] = [(k, raw[k]) for k in shape.key if k in raw]
+    held += list(old_raw.items())
+    if op != "t":
+        held += [(k, None) for k in shape.key if values.get(k) is None]
+    return held[0] if held else None
+
+
 def _blanked(out: dict[str, list[object]], names: list[str], row: int, e: ValueError) -> str:
     """A refused row's typed values, NULL (those appended before the error are dropped)."""
     for name in names:
@@ -389,7 +406,7 @@ def _blanked(out: dict[str, list[object]], names: list[str], row: int, e: ValueE
     return str(e)
 
 
-def _key_held(shape: TableShape, name: str, text: str, *, refusals: bool) -> str:
+def _key_held(shape: TableShape, name: str, text: str | None, *, refusals: bool) -> str:
     if not refusals:
         raise ValueError(unrepresentable_key(shape, name, text))
     return held_key(shape, name, text)
@@ -399,8 +416,13 @@ _KEY_REFUSED = "cdc-lake refuses the key: "
 _VALUE_REFUSED = "cdc-lake refuses a value: "
 
 
-def held_key(shape: TableShape, name: str, text: str) -> str:
+def held_key(shape: TableShape, name: str, text: str | None) -> str:
     """Why a change whose key value its silver type cannot hold is not applied."""
+    if text is None:
+        return (
+            f"key column {name} is NULL, which matches no row (message.key.columns may name a "
+            "nullable column; NULL is not a key)"
+        )
     column = next(c for c in shape.columns if c.name == name)
     return (
         f"key column {name} holds {text[:200]!r}, which its silver type "
@@ -408,7 +430,7 @@ def held_key(shape: TableShape, name: str, text: str) -> str:
     )
 
 
-def unrepresentable_key(shape: TableShape, name: str, text: str) -> str:
+def unrepresentable_key(shape: TableShape, name: str, text: str | None) -> str:
     """Why a key value its silver type cannot hold stops the mirror: NULL there, the row would
     match no other change of it (an update would add a row, a delete remove nothing)."""
     return (

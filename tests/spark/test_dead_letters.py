@@ -69,6 +69,36 @@ def test_a_key_silver_cannot_hold_still_stops_the_typing_by_default(spark: Spark
     )
 
 
+NULL_KEY = change("c", 100, 2, {"id": "4", "n": "7"})  # valid_to NULL: a nullable key column
+
+
+@pytest.mark.parametrize("rows", [[GOOD, NULL_KEY], [NULL_KEY]], ids=["beside_another", "alone"])
+def test_a_null_key_value_matches_no_row_and_is_refused(
+    spark: SparkSession, rows: list[dict[str, object]]
+) -> None:
+    """message.key.columns may name a nullable column (a UNIQUE one holds many NULLs): such a
+    change would match no row (a delete removes nothing, an update adds a row)."""
+    reason = (
+        "key column valid_to is NULL, which matches no row (message.key.columns may name a "
+        "nullable column; NULL is not a key)"
+    )
+    with pytest.raises(Exception) as e:  # noqa: PT011 - Spark wraps the worker's ValueError
+        typed_with(parsed(bronze(spark, rows), SHAPE), SHAPE, DEFAULT_MODES, [])
+    assert refusal(e.value) == (
+        f"table public.periods: {reason}, so its changes could not be matched by key. The "
+        "mirror stops here; other tables go on. To move on, key the table by columns whose "
+        "values silver holds (message.key.columns), or choose a mode that keeps the column's "
+        "text, or leave the table out, or set silver.event.processing.failure.handling.mode "
+        "to warn or skip (such changes then go to the dead-letter table _state/dead_letters)"
+    )
+    typing = typed_with(parsed(bronze(spark, [GOOD, NULL_KEY]), SHAPE), SHAPE, DEFAULT_MODES,
+                        [], refusals=True)  # fmt: skip
+    assert typing.refused == 1
+    assert sorted((r["id"], r[REFUSED]) for r in typing.rows.collect()) == [
+        (1, None), (4, reason)
+    ]  # fmt: skip
+
+
 def test_a_value_silver_cannot_read_stops_the_typing_by_default_naming_the_table(
     spark: SparkSession,
 ) -> None:

@@ -385,7 +385,7 @@ def snapshot_read(
 def append(spark: SparkSession, path: str, rows: list[dict[str, object]], end: int) -> bool:
     lake = Lake(str(Path(path).parent))
     changes = typed(parsed(bronze(spark, rows), shape()), shape(), SilverSettings().modes)
-    return _append_reads(spark, lake, path, changes, shape(), end=(end, -1),
+    return _append_reads(spark, lake, path, changes, shape(), end=(end, -1), after=(-1, -1),
                          settings=SilverSettings(), marks={})  # fmt: skip
 
 

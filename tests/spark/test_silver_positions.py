@@ -7,13 +7,15 @@ not be taken for ones already done. And a soft-deleting multiset that starts ove
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_core.bronze import record_schema
-from cdc_core.envelope import BRONZE
+from cdc_core.envelope import BRONZE, DEFAULT_PLACEHOLDER
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -124,3 +126,30 @@ def test_a_soft_deleting_multiset_counts_anew_after_a_truncate(
     apply_table(spark, lake, T, soft)
 
     assert mirror(spark, lake, "id", "_cdc_count", "_cdc_deleted") == [(1, 1, False), (2, 0, True)]
+
+
+EMB = ColumnDescriptor("emb", 1022, -1, "double precision[]", False, "float8", is_array=True)
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_an_unchanged_value_whose_placeholder_is_no_text_of_its_type_keeps_the_stored_one(
+    spark: SparkSession, tmp_path: Path, soft: bool
+) -> None:
+    """Debezium's placeholder for an unchanged TOASTed float8[] is its bare text, not an
+    array's: silver never types it (it used to refuse the change, stopping the mirror)."""
+    lake = Lake(str(tmp_path))
+    base = relation(("id",))
+    record_schema(lake, dataclasses.replace(base, columns=(*base.columns, EMB)), 0)
+    placeholder = DEFAULT_PLACEHOLDER.for_column(EMB)
+    assert not placeholder.startswith("{")
+    stored = "{" + ",".join(["0.5"] * 600) + "}"
+    land(spark, lake, [event("c", 0, {"id": "1", "v": "a", "emb": stored}) | {"commit_lsn": 100}])
+    apply_table(spark, lake, T, SilverSettings(soft_delete=soft))
+    land(spark, lake, [event("u", 0, {"id": "1", "v": "b", "emb": placeholder})
+                       | {"commit_lsn": 200, "unchanged": ["emb"]}])  # fmt: skip
+
+    result = apply_table(spark, lake, T, SilverSettings(soft_delete=soft))
+
+    assert (result.changes, result.error) == (1, None)
+    (row,) = spark.read.format("delta").load(lake.silver(T)).collect()
+    assert (row["v"], row["emb"], row["_cdc_unavailable"]) == ("b", [0.5] * 600, [])
