@@ -9,6 +9,7 @@ missing or lost slot, a pipeline that has not run for `--stale-after`, or an unr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -38,6 +39,7 @@ from cdc_core.pg.connect import connect
 from cdc_core.pg.discover import discover
 from cdc_core.pg.history import current_timeline
 from cdc_core.pg.slot import system_identifier
+from cdc_core.run_lock import Holder, read_holder
 from cdc_core.snapshot import load_jobs
 from cdc_core.stager import StagedFile, staged_files
 from cdc_core.state import (
@@ -46,6 +48,7 @@ from cdc_core.state import (
     other_cluster,
     read_json,
     retirement,
+    snapshots_dir,
     stream_file,
 )
 from cdc_core.storage import Location
@@ -163,10 +166,16 @@ class PipelineStatus:
     problems: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
     retired: Retirement | None = None  # by cdc retire: no slot and no runs are expected
+    running: str | None = None  # the run under way (its run lock's holder), if any
+    progress_s: float | None = None  # since that run started or last saved snapshot progress
 
     @property
     def stale(self) -> bool:
-        return self.idle_s is not None and self.idle_s > self.stale_after_s
+        """No batch ended for `stale_after_s`, nor did a run under way make progress then (one
+        batch of a long snapshot). A pipeline that never ran a batch is not stale."""
+        if self.idle_s is None or self.idle_s <= self.stale_after_s:
+            return False
+        return self.progress_s is None or self.progress_s > self.stale_after_s
 
     @property
     def exit_code(self) -> int:
@@ -205,10 +214,14 @@ def gather_status(
         for t in shown
     )
     snapshots, snapshot_problem = read_snapshots(lake)
+    holder = read_holder(lake)
+    holder = None if holder is None or holder.gone() else holder  # one left by a dead run: none
     status = PipelineStatus(
         pipeline.name, config.env_name, _iso(now), pipeline.target.root, source, slot, batch,
         idle_seconds(batch, now), stale_after_s, bronze, tables, snapshots,
         pending_files(lake, bronze.staged_end),
+        running=holder.describe() if holder else None,
+        progress_s=_progress_seconds(lake, holder, now) if holder else None,
     )  # fmt: skip
     retired = retirement(lake)
     if retired is not None:
@@ -300,6 +313,19 @@ def idle_seconds(batch: BatchStatus | None, now: datetime) -> float | None:
     if ended.tzinfo is None:
         ended = ended.replace(tzinfo=timezone.utc)  # the job writes UTC
     return max(0.0, (now - ended).total_seconds())
+
+
+def _progress_seconds(lake: Lake, holder: Holder, now: datetime) -> float | None:
+    """Seconds since the run under way started or last saved a snapshot job's progress (after
+    each group it reads); None when neither is known."""
+    times: list[float] = []
+    with contextlib.suppress(ValueError):
+        times.append(datetime.fromisoformat(holder.started_at).timestamp())
+    folder = snapshots_dir(lake)
+    for job in folder.glob("*.json") if folder.is_dir() else []:
+        with contextlib.suppress(OSError):  # replaced while listed: the others still count
+            times.append(job.stat().st_mtime)
+    return max(0.0, now.timestamp() - max(times)) if times else None
 
 
 def table_status(name: str, path: Location, watermark: str) -> TableStatus:
@@ -413,7 +439,12 @@ def _problems(status: PipelineStatus, stored: object) -> list[str]:
             f"slot {slot.name} lost WAL it needed (wal_status lost): changes are missing; with "
             "snapshot.mode when_needed the next run starts a new slot and a new snapshot"
         )
-    if status.stale:
+    if status.stale and status.progress_s is not None:
+        problems.append(f"the run under way ({status.running}) has made no progress for "
+                        f"{_duration(status.progress_s)}, and no batch ended for "
+                        f"{_duration(status.idle_s)} (more than --stale-after "
+                        f"{status.stale_after_s:g} s)")  # fmt: skip
+    elif status.stale:
         problems.append(f"the pipeline has not run for {_duration(status.idle_s)} (more than "
                         f"--stale-after {status.stale_after_s:g} s)")  # fmt: skip
     for t in (status.bronze, *status.tables):
@@ -475,6 +506,7 @@ def format_status(status: PipelineStatus) -> str:
              *_labelled("retired", [status.retired.describe()] if status.retired else []),
              *_labelled("slot", _slot_lines(status)),
              *_labelled("last batch", _batch_lines(status)),
+             *_labelled("run", [f"under way: {status.running}"] if status.running else []),
              *_labelled("bronze", [_bronze_line(status.bronze)]),
              *_labelled("pending", [_pending_line(status.pending)]),
              *_labelled("snapshots", _snapshot_lines(status.snapshots)),

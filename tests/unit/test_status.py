@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -27,8 +28,9 @@ from cdc_core.errors import ConfigError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.metrics import batches_file
+from cdc_core.run_lock import Holder
 from cdc_core.stager import StagedFile
-from cdc_core.state import Retirement
+from cdc_core.state import Retirement, snapshots_dir
 
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -342,6 +344,39 @@ def test_a_lost_slot_and_a_stale_pipeline_are_problems() -> None:
     ]
 
 
+def test_a_run_under_way_that_makes_progress_is_not_stale() -> None:
+    """One batch of a long snapshot: no batch has ended for hours, but the run saves its
+    progress after every group it reads."""
+    running = "pid 4242 on host etl-1, started 2025-06-01T09:00:00+00:00"
+    busy = sample(idle_s=7500.0, running=running, progress_s=120.0)
+
+    assert not busy.stale
+    assert st._problems(busy, STORED) == []
+    assert "run         under way: " + running in st.format_status(busy).splitlines()
+
+    stuck = replace(busy, progress_s=7000.0)
+    assert stuck.stale
+    assert st._problems(stuck, STORED) == [
+        f"the run under way ({running}) has made no progress for 116 min, and no batch "
+        "ended for 2 h 5 min (more than --stale-after 3600 s)"
+    ]
+    assert not sample(idle_s=None, running=running, progress_s=7000.0).stale  # never ran one
+
+
+def test_progress_is_the_run_s_start_or_its_newest_snapshot_job_save(tmp_path: Path) -> None:
+    lake = Lake(str(tmp_path))
+    holder = Holder("etl-1", 4242, "orders", "2025-06-01T09:00:00+00:00", "ingest")
+    now = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
+    assert st._progress_seconds(lake, holder, now) == 3 * 3600.0
+    jobs = snapshots_dir(lake)
+    jobs.mkdir(parents=True)
+    saved = jobs / "20250601T090000-initial-ab12cd.json"
+    saved.write_text("{}")
+    then = now.timestamp() - 90
+    os.utime(saved, (then, then))
+    assert st._progress_seconds(lake, holder, now) == 90.0
+
+
 def test_an_unreachable_source_exits_75_and_the_lake_is_still_shown() -> None:
     status = sample(source=st.SourceStatus(False, "cannot connect to PostgreSQL at x: refused"),
                     slot=st.SlotStatus("orders_cdc"))  # fmt: skip
@@ -395,7 +430,7 @@ def test_the_json_form_has_stable_snake_case_keys() -> None:
     assert list(data) == [
         "pipeline", "env", "checked_at", "lake", "source", "slot", "last_batch", "idle_s",
         "stale_after_s", "bronze", "tables", "snapshots", "pending", "problems", "warnings",
-        "retired", "stale", "healthy", "exit_code",
+        "retired", "running", "progress_s", "stale", "healthy", "exit_code",
     ]  # fmt: skip
     assert data["slot"] == {
         "name": "orders_cdc", "exists": True, "active": False, "active_pid": None,
