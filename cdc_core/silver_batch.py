@@ -580,7 +580,8 @@ def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str
         unsent = F.array_contains("_unchanged", name)
         lost = F.array_contains("_unknown", name)
         kind = _before_it(F.col("_cdc_op"), unsent=unsent, lost=lost, waits=_moved())
-        mark = F.when(kind.isNotNull(), F.struct(kind.alias("k"), F.col(name).alias("v")))
+        mark = F.when(kind.isNotNull(), F.struct(kind.alias("k"), F.col(name).alias("v"),
+                                                 _raw_of(name).alias("r")))  # fmt: skip
         changes = changes.withColumn("_prev", F.last(mark, ignorenulls=True).over(earlier))
         todo = unsent & ~_moved()
         found = F.coalesce(F.col("_prev.k"), F.lit(""))
@@ -589,11 +590,25 @@ def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str
         changes = changes.withColumns({
             f"_s{n}": unsent & ~known & ~gone, f"_w{n}": waits, f"_u{n}": lost | gone,
             name: F.when(known, F.col("_prev.v")).when(gone, None).otherwise(F.col(name)),
+            "_cdc_raw": _with_raw(name, F.when(known, F.col("_prev.r"))),
         })  # fmt: skip
         for flag, column in zip(flags, (f"_s{n}", f"_w{n}", f"_u{n}"), strict=True):
             flags[flag].append(F.when(F.col(column), F.lit(name)))
     changes = changes.withColumns({flag: _marks(marked) for flag, marked in flags.items()})
     return changes.drop("_prev", *[f"_{f}{n}" for f in "swu" for n in range(len(names))])
+
+
+def _raw_of(name: str) -> Column:
+    """The text `_cdc_raw` keeps of a column's value its silver type cannot hold, or NULL."""
+    return F.col("_cdc_raw").getItem(name)
+
+
+def _with_raw(name: str, text: Column, raw: Column | None = None) -> Column:
+    """`_cdc_raw` (or `raw`) with the text of `name`'s value where `text` is not NULL: a value
+    taken from an earlier change or a stored row brings the text kept of it along (the change
+    that did not send it has no text of it)."""
+    raw = F.col("_cdc_raw") if raw is None else raw
+    return F.when(text.isNull(), raw).otherwise(F.map_concat(raw, F.create_map(F.lit(name), text)))
 
 
 def _across_key_changes(
@@ -612,6 +627,7 @@ def _across_key_changes(
         _moved().alias("_e_moved"), F.col("_unchanged").alias("_e_unch"),
         F.col("_unknown").alias("_e_lost"), F.col("_waiting").alias("_e_wait"),
         *[F.col(n).alias(f"_e_{n}") for n in names],
+        *[_raw_of(name).alias(f"_e_r{n}") for n, name in enumerate(names)],
     )  # fmt: skip
     pointers = moved.select(*ident, *[f"_old_{k}" for k in shape.key])
     on = [pointers[f"_old_{k}"] == earlier[f"_e_{k}"] for k in shape.key] + [
@@ -623,7 +639,9 @@ def _across_key_changes(
         waits = F.col("_e_moved") | F.array_contains("_e_wait", name)
         lost = F.array_contains("_e_lost", name)
         kind = _before_it(F.col("_e_op"), unsent=unsent, lost=lost, waits=waits)
-        mark = F.struct(kind.alias("k"), F.col(f"_e_{name}").alias("v"))
+        mark = F.struct(
+            kind.alias("k"), F.col(f"_e_{name}").alias("v"), F.col(f"_e_r{n}").alias("r")
+        )
         latest.append(F.max_by(mark, F.when(kind.isNotNull(), F.col("_e_pos"))).alias(f"_f{n}"))
     found = pointers.join(earlier, on, "left")
     found = found.groupBy(*ident).agg(*latest)
@@ -631,10 +649,12 @@ def _across_key_changes(
         F.lit(True).alias("_stored"), F.col("_cdc_unavailable").alias("_s_lost"),
         *[F.col(k).alias(f"_old_{k}") for k in shape.key],
         *[F.col(n).alias(f"_s_{n}") for n in names],
+        *[_raw_of(name).alias(f"_s_r{n}") for n, name in enumerate(names)],
     )  # fmt: skip
     picked = moved.join(found, ident, "left").join(stored, [f"_old_{k}" for k in shape.key], "left")
     flags: dict[str, list[Column]] = {"_unchanged": [], "_waiting": [], "_unknown": []}
     values = {}
+    raw = F.col("_cdc_raw")
     for n, name in enumerate(names):
         unsent = F.array_contains("_unchanged", name)
         found_kind = F.coalesce(F.col(f"_f{n}.k"), F.lit(""))
@@ -649,8 +669,12 @@ def _across_key_changes(
             F.when(from_batch, F.col(f"_f{n}.v")).when(stored_ok, F.col(f"_s_{name}"))
             .when(lost, None).otherwise(F.col(name))
         )  # fmt: skip
+        taken = F.when(from_batch, F.col(f"_f{n}.r")).when(stored_ok, F.col(f"_s_r{n}"))
+        raw = _with_raw(name, taken, raw)
         flags["_unchanged"].append(F.when(waits, F.lit(name)))
         flags["_waiting"].append(F.when(waits, F.lit(name)))
         flags["_unknown"].append(F.when(lost, F.lit(name)))
-    picked = picked.withColumns(values | {flag: _marks(m) for flag, m in flags.items()})
+    picked = picked.withColumns(
+        values | {flag: _marks(m) for flag, m in flags.items()} | {"_cdc_raw": raw}
+    )
     return changes.where(~todo).unionByName(picked.select(*changes.columns))

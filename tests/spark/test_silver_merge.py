@@ -475,3 +475,31 @@ def test_a_batch_adds_one_file_to_its_mirror(spark: SparkSession, table: str) ->
     metrics = DeltaTable.forPath(spark, table).history(1).first()["operationMetrics"]  # type: ignore[index]
     assert metrics["numTargetRowsInserted"] == "60000"
     assert metrics["numTargetFilesAdded"] == "1"
+
+
+def raw(spark: SparkSession, path: str) -> dict[object, dict[str, str]]:
+    df = spark.read.format("delta").load(path).where(~F.col("_cdc_deleted"))
+    return {r["id"]: dict(r["_cdc_raw"] or {}) for r in df.collect()}
+
+
+def test_a_value_kept_as_text_comes_along_when_taken_from_an_earlier_change_or_old_key(
+    spark: SparkSession, table: str
+) -> None:
+    """A numeric NaN has no decimal: silver keeps its text in `_cdc_raw`. A later change that
+    did not send it (unchanged TOAST), in the batch or after a key change, takes the text
+    along with the value (NULL), never losing it unflagged."""
+    apply(spark, table, [change("c", 10, after=row(1, "stored", "NaN"))])
+    apply(spark, table, [
+        change("c", 20, after=row(2, "new", "NaN")),
+        change("u", 30, after=row(2, "newer", UNAVAILABLE), unchanged=["amount"]),
+        change("d", 40, before={"id": "1"}),
+        change("c", 40, after=row(3, "moved", UNAVAILABLE), unchanged=["amount"],
+               old_key={"id": "1"}),
+        change("c", 50, after=row(4, "four", "NaN")),
+        change("d", 60, before={"id": "4"}),
+        change("c", 60, after=row(5, "moved too", UNAVAILABLE), unchanged=["amount"],
+               old_key={"id": "4"}),
+    ])  # fmt: skip
+    assert mirror(spark, table) == [(2, "newer", None), (3, "moved", None), (5, "moved too", None)]
+    assert raw(spark, table) == {2: {"amount": "NaN"}, 3: {"amount": "NaN"}, 5: {"amount": "NaN"}}
+    assert unavailable(spark, table) == {2: [], 3: [], 5: []}
