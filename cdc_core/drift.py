@@ -7,7 +7,10 @@ to say so:
 - a column added with a default, an identity or NOT NULL: existing rows hold a value that no
   change carries;
 - a table dropped and created again: the old rows never get their deletes, and the new table's
-  first rows may come before it is back in the publication.
+  first rows may come before it is back in the publication;
+- in a table without a key, a dropped column or a type change that rewrites values' text
+  (numeric(10,2) -> numeric(12,4), real -> double precision): its mirror is a multiset that
+  knows each row by the text of its values, so a later change's old row would match nothing.
 
 Each run compares every table's catalog entry (its oid, its columns by attnum) with the entry
 the previous run recorded. A table that changed like that gets an incremental snapshot, and a
@@ -18,8 +21,8 @@ mirror. A column added plainly (NULL in every existing row) needs nothing: the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -31,15 +34,22 @@ Conn = psycopg.Connection[tuple[object, ...]]
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """A table as the catalog has it now: its oid, its columns by attnum, and the columns
-    existing rows may hold a value for that no change carried (default, identity, NOT NULL)."""
+    """A table as the catalog has it now: its oid, its columns by attnum, the columns existing
+    rows may hold a value for that no change carried (default, identity, NOT NULL), their types
+    by attnum (`format_type`), and whether it has a primary key."""
 
     oid: int
     columns: Mapping[int, str]
     valued: frozenset[str] = frozenset()
+    types: Mapping[int, str] = field(default_factory=dict)
+    primary_key: bool = True
 
     def to_json(self) -> dict[str, object]:
-        return {"oid": self.oid, "columns": {str(n): c for n, c in self.columns.items()}}
+        return {
+            "oid": self.oid,
+            "columns": {str(n): c for n, c in self.columns.items()},
+            "types": {str(n): t for n, t in self.types.items()},
+        }
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,9 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
     rows: list[tuple[Any, ...]] = conn.execute(
         """
         SELECT t.ord, c.oid::bigint, a.attnum, a.attname::text,
-               a.atthasdef OR a.atthasmissing OR a.attnotnull OR a.attidentity <> ''
+               a.atthasdef OR a.atthasmissing OR a.attnotnull OR a.attidentity <> '',
+               format_type(a.atttypid, a.atttypmod),
+               EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
         FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
         JOIN pg_namespace n ON n.nspname = t.schema_name
         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name
@@ -67,26 +79,34 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
     ).fetchall()
     columns: dict[int, dict[int, str]] = {}
     valued: dict[int, set[str]] = {}
+    types: dict[int, dict[int, str]] = {}
     oids: dict[int, int] = {}
-    for ordinal, oid, attnum, name, has_value in rows:
+    keyed: dict[int, bool] = {}
+    for ordinal, oid, attnum, name, has_value, type_name, primary_key in rows:
         i = int(ordinal) - 1
-        oids[i] = int(oid)
+        oids[i], keyed[i] = int(oid), bool(primary_key)
         columns.setdefault(i, {})
         valued.setdefault(i, set())
+        types.setdefault(i, {})
         if attnum is not None:  # a table with no columns has one row of NULLs
             columns[i][int(attnum)] = str(name)
+            types[i][int(attnum)] = str(type_name)
             if has_value:
                 valued[i].add(str(name))
     return {
-        tables[i]: CatalogEntry(oid, columns[i], frozenset(valued[i])) for i, oid in oids.items()
+        tables[i]: CatalogEntry(oid, columns[i], frozenset(valued[i]), types[i], keyed[i])
+        for i, oid in oids.items()
     }
 
 
-def drifts(recorded: Mapping[str, object], now: Mapping[TableName, CatalogEntry]) -> list[Drift]:
+def drifts(
+    recorded: Mapping[str, object], now: Mapping[TableName, CatalogEntry],
+    multisets: Collection[TableName] = (),
+) -> list[Drift]:  # fmt: skip
     """What changed between the entries a previous run `recorded` (`CatalogEntry.to_json` by
-    table) and the catalog `now`, that the stream did not carry. A table seen for the first
-    time, or gone, is not drift: new tables get their snapshot, missing ones the doctor's
-    error."""
+    table) and the catalog `now`, that the stream did not carry. `multisets`: the tables
+    mirrored without a key. A table seen for the first time, or gone, is not drift: new tables
+    get their snapshot, missing ones the doctor's error."""
     found = []
     for table, entry in now.items():
         before = recorded.get(str(table))
@@ -108,6 +128,46 @@ def drifts(recorded: Mapping[str, object], now: Mapping[TableName, CatalogEntry]
                 f"added column {', '.join(added)} with a value in existing rows "
                 "(a default, an identity or NOT NULL)"
             )
+        if table in multisets:
+            reasons += _retexted(before, entry)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
     return found
+
+
+def _retexted(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
+    """A multiset's rows whose text changed with no change: columns dropped, or of a type that
+    writes their values otherwise now (an entry recorded before types were lacks them: only
+    drops are found)."""
+    names = {int(n): str(c) for n, c in dict(before["columns"]).items()}
+    types = {int(n): str(t) for n, t in dict(before.get("types") or {}).items()}
+    dropped = [c for n, c in names.items() if n not in entry.columns]
+    out = [f"dropped column {', '.join(dropped)}"] if dropped else []
+    out += [
+        f"column {c} changed type ({types[n]} -> {entry.types[n]})"
+        for n, c in entry.columns.items()
+        if n in types and n in entry.types and not _same_text(types[n], entry.types[n])
+    ]
+    if out:
+        out[-1] += " (a table without a key: its mirror knows rows by their values' text)"
+    return out
+
+
+_INTEGERS = frozenset({"smallint", "integer", "bigint"})
+_STRINGS = frozenset({"text", "character varying"})
+
+
+def _same_text(old: str, new: str) -> bool:
+    """Whether a value of type `old` keeps its text as a value of type `new` (`format_type`s):
+    integers widened, varchar lengths changed, a numeric's precision changed at its scale."""
+    if old.count("[") != new.count("["):
+        return False
+    old, new = old.partition("[")[0], new.partition("[")[0]
+    if old == new or (old in _INTEGERS and new in _INTEGERS):
+        return True
+    if old.partition("(")[0] in _STRINGS and new.partition("(")[0] in _STRINGS:
+        return True
+    scale = old.removesuffix(")").partition(",")[2]
+    return old.startswith("numeric(") and (new == "numeric" or (
+        new.startswith("numeric(") and new.removesuffix(")").partition(",")[2] == scale
+    ))  # fmt: skip

@@ -18,8 +18,8 @@ import psycopg
 from psycopg import sql
 
 from cdc_core import lost_position
-from cdc_core.config import Config
-from cdc_core.drift import Drift, catalog_entries, drifts
+from cdc_core.config import Config, SourceConfig
+from cdc_core.drift import CatalogEntry, Drift, catalog_entries, drifts
 from cdc_core.errors import TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -140,7 +140,7 @@ def start(config: Config, lake: Lake) -> RunStart:
             now = catalog_entries(conn, list(source.tables))
             recorded = read_json(catalog_file(lake)) or {}
             if decision.stream and state.stored_position and not decision.snapshot:
-                drifted = drifts(recorded, now)
+                drifted = drifts(recorded, now, _multisets(source, now))
                 jobs += _heal(conn, config, lake, drifted)
             entries = recorded | {str(t): e.to_json() for t, e in now.items()}
             write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
@@ -344,6 +344,15 @@ def _plan(
         jobs += _from_signal_file(conn, config, lake, jobs)
     jobs += _from_requests(conn, config, lake)
     return jobs
+
+
+def _multisets(source: SourceConfig, now: dict[TableName, CatalogEntry]) -> list[TableName]:
+    """The tables mirrored without a key: no primary key, none in message.key.columns."""
+    keys = source.message_key_columns
+    return [
+        t for t, e in now.items()
+        if not e.primary_key and keys.for_table(t, list(e.columns.values())) is None
+    ]  # fmt: skip
 
 
 def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[SnapshotJob]:

@@ -196,3 +196,50 @@ def test_a_row_filter_put_on_the_publication_stops_the_run_until_the_table_is_pu
     assert run.returncode == 0, run.stderr[-3000:]
     assert "taken out of publication" in run.stderr  # and put back: snapshotted again
     assert assert_mirror_equals_source(spark, p.lake, dsn, items) == 47
+
+
+def test_a_keyless_table_whose_rows_change_text_without_a_change_is_read_again(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A table without a key is a multiset whose rows are known by their content's text. A
+    dropped column, or a type change that rewrites every value's text (numeric scale, real ->
+    double), changes that text with no change in the stream: a later delete's old row would
+    match nothing in the mirror, and the row would stay. The run reads the table again."""
+    dsn = pg.dsn(database)
+    tables = ("dropped", "rescaled", "doubled", "widened")
+    for t in tables:  # rows 1-5 twice: counts of 2
+        sql(dsn, f"CREATE TABLE {t} (a int, b text, n numeric(10,2), r real)",
+            f"ALTER TABLE {t} REPLICA IDENTITY FULL",
+            f"INSERT INTO {t} SELECT g % 15, 'b' || g, g + 0.5, g + 0.1 "
+            "FROM generate_series(1, 20) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, [f"public.{t}" for t in tables], snapshot="initial")
+    assert p.ingest().returncode == 0
+    # widened: its values' text stays
+    sql(dsn, "ALTER TABLE dropped DROP COLUMN b", "ALTER TABLE rescaled ALTER n TYPE numeric(12,4)",
+        "ALTER TABLE doubled ALTER r TYPE double precision",
+        "ALTER TABLE widened ALTER a TYPE bigint")  # fmt: skip
+    for t in tables:
+        sql(dsn, f"DELETE FROM {t} WHERE a IN (1, 7)", f"UPDATE {t} SET a = -a WHERE a = 2")
+
+    run = p.ingest()
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    skip = {"dropped": ("b",)}
+    for t in tables:
+        count = assert_mirror_equals_source(
+            spark, p.lake, dsn, TableName("public", t), skip=skip.get(t, ())
+        )
+        assert count == 17, t
+    assert "table public.dropped: dropped column b (a table without a key" in run.stderr
+    assert "table public.rescaled: column n changed type (numeric(10,2) -> numeric(12,4))" in (
+        run.stderr
+    )
+    assert "table public.doubled: column r changed type (real -> double precision)" in run.stderr
+    assert "public.widened" not in run.stderr  # its values' text stays: nothing to read again
+    sql(dsn, *(f"DELETE FROM {t} WHERE a IN (3, 8)" for t in tables))  # streamed again
+    assert p.ingest().returncode == 0
+    for t in tables:
+        count = assert_mirror_equals_source(
+            spark, p.lake, dsn, TableName("public", t), skip=skip.get(t, ())
+        )
+        assert count == 14, t

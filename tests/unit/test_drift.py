@@ -45,6 +45,49 @@ def test_a_dropped_column_and_a_plain_added_one_are_the_stream_s_to_tell() -> No
     assert drifts(_recorded(BEFORE), {T: now}) == []
 
 
+TYPED = CatalogEntry(10, {1: "id", 2: "a", 3: "b"}, types={1: "integer", 2: "text", 3: "real"})
+
+
+def test_a_table_without_a_key_whose_values_text_changes_is_drift() -> None:
+    """Its mirror knows rows by their values' text: a dropped column or a rewritten value would
+    leave a later change's old row matching nothing."""
+    now = CatalogEntry(10, {1: "id", 3: "b"}, types={1: "integer", 3: "double precision"})
+    (found,) = drifts(_recorded(TYPED), {T: now}, [T])
+    assert found.reason == (
+        "dropped column a; column b changed type (real -> double precision) (a table without a "
+        "key: its mirror knows rows by their values' text)"
+    )
+    assert not found.reset
+    assert drifts(_recorded(TYPED), {T: now}) == []  # keyed: rows are found by their key
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "kept"),
+    [
+        ("integer", "bigint", True), ("smallint[]", "bigint[]", True),
+        ("character varying(10)", "text", True), ("text", "character varying(40)", True),
+        ("numeric(10,2)", "numeric(12,2)", True), ("numeric(10,2)", "numeric", True),
+        ("numeric(10,2)", "numeric(12,4)", False), ("numeric", "numeric(12,4)", False),
+        ("real", "double precision", False), ("character(3)", "text", False),
+        ("integer", "integer[]", False), ("timestamp without time zone", "timestamp with time zone", False),
+    ],
+)  # fmt: skip
+def test_a_type_change_that_keeps_every_value_s_text_is_no_drift(
+    old: str, new: str, kept: bool
+) -> None:
+    before = CatalogEntry(10, {1: "v"}, types={1: old})
+    found = drifts(_recorded(before), {T: CatalogEntry(10, {1: "v"}, types={1: new})}, [T])
+    assert (found == []) is kept
+
+
+def test_an_entry_recorded_without_types_finds_only_dropped_columns() -> None:
+    recorded = {str(T): {"oid": 10, "columns": {"1": "id", "2": "a"}}}  # an older version's
+    now = CatalogEntry(10, {1: "id", 2: "a"}, types={1: "bigint", 2: "text"})
+    assert drifts(recorded, {T: now}, [T]) == []
+    (found,) = drifts(recorded, {T: CatalogEntry(10, {1: "id"}, types={1: "bigint"})}, [T])
+    assert found.reason.startswith("dropped column a (a table without a key")
+
+
 def test_a_column_added_with_a_value_in_existing_rows_is_drift() -> None:
     now = CatalogEntry(10, {1: "id", 2: "a", 3: "b", 4: "c", 5: "d"}, frozenset({"id", "d"}))
     (found,) = drifts(_recorded(BEFORE), {T: now})
