@@ -1,6 +1,6 @@
 """Schema changes the stream does not show, found at the start of a run and healed by snapshots.
 
-Logical decoding carries rows, not DDL, and three changes leave a mirror wrong with no row event
+Logical decoding carries rows, not DDL, and four changes leave a mirror wrong with no row event
 to say so:
 
 - a renamed column: its values arrive under the new name only with each row's next change;
@@ -12,7 +12,7 @@ to say so:
   (numeric(10,2) -> numeric(12,4), real -> double precision): its mirror is a multiset that
   knows each row by the text of its values, so a later change's old row would match nothing.
 
-Each run compares every table's catalog entry (its oid, its columns by attnum) with the entry
+Each run compares every table's catalog entry (its oid, its columns and types by attnum) with the entry
 the previous run recorded. A table that changed like that gets an incremental snapshot, and a
 recreated table first gets a reset marker: a transactional logical message written now, so it
 sits in the WAL before the snapshot's windows, which silver applies as a TRUNCATE of the
