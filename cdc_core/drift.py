@@ -22,6 +22,7 @@ stream says it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,38 +130,44 @@ def drifts(
                 f"added column {', '.join(added)} with a value in existing rows "
                 "(a default, an identity or NOT NULL)"
             )
-        if table in multisets:
-            reasons += _retexted(before, entry)
+        reasons += _rewritten(before, entry, multiset=table in multisets)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
     return found
 
 
-def _retexted(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
-    """A multiset's rows whose text changed with no change: columns dropped, or of a type that
-    writes their values otherwise now (an entry recorded before types were lacks them: only
-    drops are found)."""
+def _rewritten(before: Mapping[str, Any], entry: CatalogEntry, *, multiset: bool) -> list[str]:
+    """Values the table rewrote in place, with no change: columns of a type now that stores or
+    writes their values otherwise (char(n) -> text trims them; a real in the batch before the
+    ALTER would be typed as a double). A multiset knows each row by its values' text: a
+    dropped column, or any change of a value's text, counts there. An entry recorded before
+    types were lacks them: only drops are found."""
     names = {int(n): str(c) for n, c in dict(before["columns"]).items()}
     types = {int(n): str(t) for n, t in dict(before.get("types") or {}).items()}
-    dropped = [c for n, c in names.items() if n not in entry.columns]
+    dropped = [c for n, c in names.items() if n not in entry.columns] if multiset else []
     out = [f"dropped column {', '.join(dropped)}"] if dropped else []
+    kept = _same_text if multiset else _same_value
     out += [
         f"column {c} changed type ({types[n]} -> {entry.types[n]})"
         for n, c in entry.columns.items()
-        if n in types and n in entry.types and not _same_text(types[n], entry.types[n])
+        if n in types and n in entry.types and not kept(types[n], entry.types[n])
     ]
-    if out:
+    if out and multiset:
         out[-1] += " (a table without a key: its mirror knows rows by their values' text)"
+    elif out:
+        out[-1] += ", rewriting its rows in place"
     return out
 
 
 _INTEGERS = frozenset({"smallint", "integer", "bigint"})
 _STRINGS = frozenset({"text", "character varying"})
+_TEMPORAL = re.compile(r"(timestamp|time)(?:\((\d)\))?( with(?:out)? time zone)")
 
 
 def _same_text(old: str, new: str) -> bool:
     """Whether a value of type `old` keeps its text as a value of type `new` (`format_type`s):
-    integers widened, varchar lengths changed, a numeric's precision changed at its scale."""
+    integers widened, varchar lengths changed, a numeric's precision changed at its scale, a
+    timestamp's or time's precision increased."""
     if old.count("[") != new.count("["):
         return False
     old, new = old.partition("[")[0], new.partition("[")[0]
@@ -168,7 +175,40 @@ def _same_text(old: str, new: str) -> bool:
         return True
     if old.partition("(")[0] in _STRINGS and new.partition("(")[0] in _STRINGS:
         return True
-    scale = old.removesuffix(")").partition(",")[2]
-    return old.startswith("numeric(") and (new == "numeric" or (
-        new.startswith("numeric(") and new.removesuffix(")").partition(",")[2] == scale
-    ))  # fmt: skip
+    if old.startswith("numeric("):
+        return new == "numeric" or (new.startswith("numeric(") and _scale(new) == _scale(old))
+    was, now = _temporal(old), _temporal(new)
+    return was is not None and now is not None and was[0] == now[0] and was[1] <= now[1]
+
+
+def _same_value(old: str, new: str) -> bool:
+    """Whether a value of type `old` is the same typed value as a value of type `new`: it keeps
+    its text, or a numeric gains scale and keeps its integer digits (1.50 is 1.5000)."""
+    if _same_text(old, new):
+        return True
+    if (
+        old.startswith("numeric(")
+        and new.startswith("numeric(")
+        and old.count("[") == new.count("[")
+    ):
+        (p, s), (p2, s2) = _digits(old), _digits(new)
+        return s2 >= s and p2 - s2 >= p - s
+    return False
+
+
+def _scale(numeric: str) -> str:
+    return numeric.partition("[")[0].removesuffix(")").partition(",")[2]
+
+
+def _digits(numeric: str) -> tuple[int, int]:
+    p, _, s = numeric.partition("[")[0].removeprefix("numeric(").removesuffix(")").partition(",")
+    return int(p), int(s or 0)
+
+
+def _temporal(type_name: str) -> tuple[str, int] | None:
+    """A timestamp's or time's kind (with its zone) and precision (6 unless given); None for
+    any other type."""
+    found = _TEMPORAL.fullmatch(type_name)
+    if found is None:
+        return None
+    return found[1] + found[3], int(found[2] or 6)

@@ -198,13 +198,15 @@ def test_a_row_filter_put_on_the_publication_stops_the_run_until_the_table_is_pu
     assert assert_mirror_equals_source(spark, p.lake, dsn, items) == 47
 
 
-def test_a_keyless_table_whose_rows_change_text_without_a_change_is_read_again(
+def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
-    """A table without a key is a multiset whose rows are known by their content's text. A
+    """A table without a key is a multiset whose rows are known by their values' text. A
     dropped column, or a type change that rewrites every value's text (numeric scale, real ->
     double), changes that text with no change in the stream: a later delete's old row would
-    match nothing in the mirror, and the row would stay. The run reads the table again."""
+    match nothing in the mirror, and the row would stay. A keyed table finds rows by their key,
+    but char(n) -> text trims every value in place, and a real changed in the batch before the
+    ALTER to double would be typed as a double. The run reads such tables again."""
     dsn = pg.dsn(database)
     tables = ("dropped", "rescaled", "doubled", "widened")
     for t in tables:  # rows 1-5 twice: counts of 2
@@ -212,12 +214,20 @@ def test_a_keyless_table_whose_rows_change_text_without_a_change_is_read_again(
             f"ALTER TABLE {t} REPLICA IDENTITY FULL",
             f"INSERT INTO {t} SELECT g % 15, 'b' || g, g + 0.5, g + 0.1 "
             "FROM generate_series(1, 20) g")  # fmt: skip
-    p = make_pipeline(tmp_path, dsn, [f"public.{t}" for t in tables], snapshot="initial")
+    keyed = ("padded", "scaled")
+    for t in keyed:
+        sql(dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, c char(4), r real, n numeric(10,2))",
+            f"INSERT INTO {t} SELECT g, 'c' || g, g + 0.1, g + 0.5 FROM generate_series(1, 20) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, [f"public.{t}" for t in tables + keyed], snapshot="initial")
     assert p.ingest().returncode == 0
-    # widened: its values' text stays
+    # widened and scaled: their values stay, nothing to read again
     sql(dsn, "ALTER TABLE dropped DROP COLUMN b", "ALTER TABLE rescaled ALTER n TYPE numeric(12,4)",
         "ALTER TABLE doubled ALTER r TYPE double precision",
-        "ALTER TABLE widened ALTER a TYPE bigint")  # fmt: skip
+        "ALTER TABLE widened ALTER a TYPE bigint",
+        "UPDATE padded SET r = r + 1 WHERE id <= 5",  # a real, in the batch of the ALTER
+        "ALTER TABLE padded ALTER c TYPE text, ALTER r TYPE double precision",
+        "UPDATE padded SET r = r + 1 WHERE id BETWEEN 3 AND 7",
+        "ALTER TABLE scaled ALTER n TYPE numeric(12,4)", "UPDATE scaled SET n = 0.1234 WHERE id = 1")  # fmt: skip
     for t in tables:
         sql(dsn, f"DELETE FROM {t} WHERE a IN (1, 7)", f"UPDATE {t} SET a = -a WHERE a = 2")
 
@@ -230,12 +240,19 @@ def test_a_keyless_table_whose_rows_change_text_without_a_change_is_read_again(
             spark, p.lake, dsn, TableName("public", t), skip=skip.get(t, ())
         )
         assert count == 17, t
+    for t in keyed:
+        assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", t)) == 20, t
     assert "table public.dropped: dropped column b (a table without a key" in run.stderr
     assert "table public.rescaled: column n changed type (numeric(10,2) -> numeric(12,4))" in (
         run.stderr
     )
     assert "table public.doubled: column r changed type (real -> double precision)" in run.stderr
-    assert "public.widened" not in run.stderr  # its values' text stays: nothing to read again
+    assert (
+        "table public.padded: column c changed type (character(4) -> text); column r changed "
+        "type (real -> double precision), rewriting its rows in place"
+    ) in run.stderr
+    assert "public.widened" not in run.stderr
+    assert "public.scaled" not in run.stderr
     sql(dsn, *(f"DELETE FROM {t} WHERE a IN (3, 8)" for t in tables))  # streamed again
     assert p.ingest().returncode == 0
     for t in tables:

@@ -58,7 +58,18 @@ def test_a_table_without_a_key_whose_values_text_changes_is_drift() -> None:
         "key: its mirror knows rows by their values' text)"
     )
     assert not found.reset
-    assert drifts(_recorded(TYPED), {T: now}) == []  # keyed: rows are found by their key
+
+
+def test_a_keyed_table_whose_values_were_rewritten_in_place_is_drift() -> None:
+    """Rows are found by their key: a dropped column is the stream's to tell, and so is a type
+    whose values keep their typed value; a real in the batch before an ALTER to double would be
+    typed as a double, and char(n) -> text trims every value."""
+    now = CatalogEntry(10, {1: "id", 3: "b"}, types={1: "integer", 3: "double precision"})
+    assert drifts(_recorded(TYPED), {T: now}) == [
+        Drift(T, "column b changed type (real -> double precision), rewriting its rows in place")
+    ]
+    widened = CatalogEntry(10, {1: "id", 3: "b"}, types={1: "bigint", 3: "real"})
+    assert drifts(_recorded(TYPED), {T: widened}) == []
 
 
 @pytest.mark.parametrize(
@@ -69,7 +80,10 @@ def test_a_table_without_a_key_whose_values_text_changes_is_drift() -> None:
         ("numeric(10,2)", "numeric(12,2)", True), ("numeric(10,2)", "numeric", True),
         ("numeric(10,2)", "numeric(12,4)", False), ("numeric", "numeric(12,4)", False),
         ("real", "double precision", False), ("character(3)", "text", False),
-        ("integer", "integer[]", False), ("timestamp without time zone", "timestamp with time zone", False),
+        ("integer", "integer[]", False),
+        ("timestamp without time zone", "timestamp with time zone", False),
+        ("timestamp(3) without time zone", "timestamp without time zone", True),
+        ("timestamp without time zone", "timestamp(3) without time zone", False),
     ],
 )  # fmt: skip
 def test_a_type_change_that_keeps_every_value_s_text_is_no_drift(
@@ -77,6 +91,27 @@ def test_a_type_change_that_keeps_every_value_s_text_is_no_drift(
 ) -> None:
     before = CatalogEntry(10, {1: "v"}, types={1: old})
     found = drifts(_recorded(before), {T: CatalogEntry(10, {1: "v"}, types={1: new})}, [T])
+    assert (found == []) is kept
+    if kept:  # what keeps its text keeps its value, in a keyed table too
+        assert drifts(_recorded(before), {T: CatalogEntry(10, {1: "v"}, types={1: new})}) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "kept"),
+    [
+        ("numeric(10,2)", "numeric(12,4)", True), ("numeric(10,2)[]", "numeric(14,4)[]", True),
+        ("numeric(10,2)", "numeric(11,4)", False), ("numeric(12,4)", "numeric(10,2)", False),
+        ("real", "double precision", False), ("character(3)", "character varying", False),
+        ("text", "character(8)", False),
+        ("timestamp(6) with time zone", "timestamp(3) with time zone", False),
+        ("time(2) without time zone", "time without time zone", True),
+    ],
+)  # fmt: skip
+def test_a_keyed_table_reads_again_only_values_no_longer_the_same(
+    old: str, new: str, kept: bool
+) -> None:
+    before = CatalogEntry(10, {1: "v"}, types={1: old})
+    found = drifts(_recorded(before), {T: CatalogEntry(10, {1: "v"}, types={1: new})})
     assert (found == []) is kept
 
 
