@@ -47,6 +47,8 @@ class TableInfo:
     """The current role owns the table, directly or through a role it inherits (or is superuser)."""
     columns: tuple[str, ...]
     """Its live columns in table order (what message.key.columns is matched against)."""
+    row_security: bool = False
+    """Row-level security filters what the current role reads of it (`row_security_active`)."""
 
     @property
     def identity_columns(self) -> tuple[str, ...]:
@@ -188,7 +190,8 @@ SELECT t.ord, c.oid, c.relkind, pg_get_userbyid(c.relowner), c.relreplident,
        has_table_privilege(c.oid, 'SELECT'), has_schema_privilege(n.oid, 'USAGE'),
        pg_has_role(c.relowner, 'USAGE'),
        ARRAY(SELECT a.attname::text FROM pg_attribute a
-             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
+       row_security_active(c.oid)
 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
 JOIN pg_namespace n ON n.nspname = t.schema_name
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name AND c.relkind IN ('r', 'p')
@@ -202,7 +205,8 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
     """
     rows = _rows(conn, _TABLE_INFO, ([t.schema for t in tables], [t.name for t in tables]))
     found: dict[TableName, TableInfo | None] = dict.fromkeys(tables)
-    for ord_, oid, relkind, owner, ident, pk, index, index_cols, select, usage, owns, cols in rows:
+    for (ord_, oid, relkind, owner, ident, pk, index, index_cols, select, usage, owns, cols,
+         filtered) in rows:  # fmt: skip
         name = tables[int(ord_) - 1]
         found[name] = TableInfo(
             name=name,
@@ -217,6 +221,7 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
             schema_usage=bool(usage),
             is_owner=bool(owns),
             columns=tuple(cols or ()),
+            row_security=bool(filtered),
         )
     return found
 

@@ -29,6 +29,9 @@ VALUE_SETTINGS = {
     # not output but input: literals in a snapshot's condition read as the JDBC driver reads
     # them (`snapshot_read.for_jdbc`); the server's default since 9.1
     "standard_conforming_strings": "on",
+    # a read row-level security would filter fails instead (the stream sends every row): the
+    # doctor names the fixes
+    "row_security": "off",
 }
 # Every session of the product's: it keeps sessions and transactions idle by design (a catalog
 # session while the slot is read, a snapshot's coordinator while its chunks are read), which a

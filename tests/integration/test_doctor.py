@@ -783,3 +783,40 @@ def test_a_run_past_guardrail_collections_max_stops_before_it_reads_or_warns_and
     assert "guardrail: source.tables lists 2 tables, more than guardrail.collections.max (1)" in (
         warned.stderr
     )
+
+
+def test_row_level_security_that_filters_the_role_s_reads_fails_until_it_reads_every_row(
+    pg: PgServer, shop: str, role: str, tmp_path: Path
+) -> None:
+    """The stream sends every change whatever the policies say; a snapshot read through them
+    would be short of rows, silently. The doctor refuses the table, and a reading session
+    (row_security off) fails rather than read the rows the policies let through."""
+    run(pg, shop, f"""
+        INSERT INTO customers VALUES (1, 'shown'), (2, 'hidden'), (3, 'hidden');
+        GRANT SELECT ON customers TO "{role}";
+        ALTER TABLE customers ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY only_shown ON customers FOR SELECT USING (name = 'shown');
+    """)  # fmt: skip
+    dsn = role_dsn(pg, shop, role)
+    config = make_config(tmp_path, dsn, ["public.customers"])
+
+    result = check(run_doctor(config), "table public.customers")
+
+    assert result.status == "fail"
+    assert f'row-level security filters the rows "{role}" reads of it' in result.detail
+    assert result.fix.splitlines()[:2] == [
+        f'ALTER ROLE "{role}" BYPASSRLS; (as a superuser)',
+        'or ALTER TABLE "public"."customers" DISABLE ROW LEVEL SECURITY;',
+    ]
+    with connect(config.pipeline.source.dsn) as conn:  # an application's session: filtered
+        assert conn.execute("SELECT count(*) FROM customers").fetchone() == (1,)
+    with (
+        connect(config.pipeline.source.dsn, values=True) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"),
+    ):
+        conn.execute("SELECT count(*) FROM customers")
+
+    run(pg, shop, f'ALTER ROLE "{role}" BYPASSRLS')
+    assert check(run_doctor(config), "table public.customers").status == "pass"
+    with connect(config.pipeline.source.dsn, values=True) as conn:
+        assert conn.execute("SELECT count(*) FROM customers").fetchone() == (3,)

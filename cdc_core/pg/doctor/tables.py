@@ -59,11 +59,29 @@ def tables(ctx: Context) -> list[Check]:
         elif fixes:
             detail = f"{info.kind} table; {quoted(ctx.role.name)} cannot SELECT it"
             checks.append(Check(f"table {t}", "fail", detail, "\n".join(fixes)))
+        elif info.row_security:
+            checks.append(_row_security(ctx, t, info))
         else:
             checks.append(Check(f"table {t}", "pass", f"{info.kind} table, SELECT granted"))
             if t in ctx.selects:
                 checks.append(_snapshot_select(ctx, t, info, ctx.selects[t], rules))
     return checks
+
+
+def _row_security(ctx: Context, t: TableName, info: TableInfo) -> Check:
+    """Row-level security would hand the role's reads only the rows its policies let through,
+    while the stream sends every change: a snapshot would be short of rows, silently. The
+    product's reading sessions run with row_security off, so such a read fails; the fixes let
+    the role read every row."""
+    detail = (
+        f"row-level security filters the rows {quoted(ctx.role.name)} reads of it: a snapshot "
+        "would read only the rows its policies let through (the stream sends every change)"
+    )
+    fixes = [ctx.render("ALTER ROLE {} BYPASSRLS;", ctx.role_id) + " (as a superuser)"]
+    fixes.append(ctx.render("or ALTER TABLE {} DISABLE ROW LEVEL SECURITY;", table_id(t)))
+    if info.is_owner:
+        fixes.append(ctx.render("or ALTER TABLE {} NO FORCE ROW LEVEL SECURITY;", table_id(t)))
+    return Check(f"table {t}", "fail", detail, "\n".join(fixes))
 
 
 def _snapshot_select(
