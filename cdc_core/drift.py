@@ -38,19 +38,22 @@ Conn = psycopg.Connection[tuple[object, ...]]
 class CatalogEntry:
     """A table as the catalog has it now: its oid, its columns by attnum, the columns existing
     rows may hold a value for that no change carried (default, identity, NOT NULL), their types
-    by attnum (`format_type`), and whether it has a primary key."""
+    by attnum (`format_type`), whether it has a primary key, and its storage (the relfilenodes
+    of it and its partitions: a new one each time the table is rewritten)."""
 
     oid: int
     columns: Mapping[int, str]
     valued: frozenset[str] = frozenset()
     types: Mapping[int, str] = field(default_factory=dict)
     primary_key: bool = True
+    storage: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
             "oid": self.oid,
             "columns": {str(n): c for n, c in self.columns.items()},
             "types": {str(n): t for n, t in self.types.items()},
+            "storage": self.storage,
         }
 
 
@@ -70,7 +73,11 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
         SELECT t.ord, c.oid::bigint, a.attnum, a.attname::text,
                a.atthasdef OR a.atthasmissing OR a.attnotnull OR a.attidentity <> '',
                format_type(a.atttypid, a.atttypmod),
-               EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+               EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+               CASE WHEN c.relkind = 'p' THEN
+                   (SELECT string_agg(p.relfilenode::text, ',' ORDER BY p.oid)
+                    FROM pg_partition_tree(c.oid) pt JOIN pg_class p ON p.oid = pt.relid)
+               ELSE c.relfilenode::text END
         FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
         JOIN pg_namespace n ON n.nspname = t.schema_name
         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name
@@ -84,9 +91,10 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
     types: dict[int, dict[int, str]] = {}
     oids: dict[int, int] = {}
     keyed: dict[int, bool] = {}
-    for ordinal, oid, attnum, name, has_value, type_name, primary_key in rows:
+    storage: dict[int, str] = {}
+    for ordinal, oid, attnum, name, has_value, type_name, primary_key, files in rows:
         i = int(ordinal) - 1
-        oids[i], keyed[i] = int(oid), bool(primary_key)
+        oids[i], keyed[i], storage[i] = int(oid), bool(primary_key), str(files or "")
         columns.setdefault(i, {})
         valued.setdefault(i, set())
         types.setdefault(i, {})
@@ -96,7 +104,9 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
             if has_value:
                 valued[i].add(str(name))
     return {
-        tables[i]: CatalogEntry(oid, columns[i], frozenset(valued[i]), types[i], keyed[i])
+        tables[i]: CatalogEntry(
+            oid, columns[i], frozenset(valued[i]), types[i], keyed[i], storage[i]
+        )
         for i, oid in oids.items()
     }
 
@@ -121,19 +131,36 @@ def drifts(
         names = {int(n): str(c) for n, c in dict(before["columns"]).items()}
         renamed = [f"{names[n]} -> {c}" for n, c in entry.columns.items() if n in names and
                    names[n] != c]  # fmt: skip
-        added = [c for n, c in entry.columns.items() if n not in names and c in entry.valued]
-        reasons = []
-        if renamed:
-            reasons.append(f"renamed column {', '.join(renamed)}")
-        if added:
-            reasons.append(
-                f"added column {', '.join(added)} with a value in existing rows "
-                "(a default, an identity or NOT NULL)"
-            )
+        reasons = [f"renamed column {', '.join(renamed)}"] if renamed else []
+        reasons += _added(before, entry)
         reasons += _rewritten(before, entry, multiset=table in multisets)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
     return found
+
+
+def _added(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
+    """Columns added since `before` whose values in existing rows no change carried: with a
+    default, an identity or NOT NULL; under the name of a dropped one (the mirror holds the
+    dropped one's values there); in a rewrite of the table (a volatile default, dropped since:
+    the catalog no longer says it, the table's new storage does)."""
+    names = {int(n): str(c) for n, c in dict(before["columns"]).items()}
+    new = [c for n, c in entry.columns.items() if n not in names]
+    again = [c for c in new if c in names.values()]
+    valued = [c for c in new if c in entry.valued and c not in again]
+    rewritten = bool(before.get("storage")) and before.get("storage") != entry.storage
+    filled = [c for c in new if rewritten and c not in valued and c not in again]
+    out = []
+    if valued:
+        out.append(f"added column {', '.join(valued)} with a value in existing rows "
+                   "(a default, an identity or NOT NULL)")  # fmt: skip
+    if again:
+        out.append(f"column {', '.join(again)} dropped and added again (the mirror holds the "
+                   "dropped one's values)")  # fmt: skip
+    if filled:
+        out.append(f"added column {', '.join(filled)} in a rewrite of the table (a volatile "
+                   "default: existing rows hold values no change carried)")  # fmt: skip
+    return out
 
 
 def _rewritten(before: Mapping[str, Any], entry: CatalogEntry, *, multiset: bool) -> list[str]:

@@ -130,6 +130,27 @@ def test_a_column_added_with_a_value_in_existing_rows_is_drift() -> None:
     assert not found.reset
 
 
+def test_a_column_dropped_and_added_again_under_its_name_is_drift() -> None:
+    """The mirror holds the dropped column's values under the name: the new one's are NULL."""
+    now = CatalogEntry(10, {1: "id", 3: "b", 4: "a"})
+    assert drifts(_recorded(BEFORE), {T: now}) == [
+        Drift(T, "column a dropped and added again (the mirror holds the dropped one's values)")
+    ]
+
+
+def test_a_column_added_in_a_rewrite_of_the_table_is_drift() -> None:
+    """A volatile default (random(), clock_timestamp()) rewrites the table; dropped again, the
+    catalog no longer says existing rows hold values; the table's new storage does."""
+    before = CatalogEntry(10, {1: "id", 2: "a"}, storage="16401")
+    now = CatalogEntry(10, {1: "id", 2: "a", 3: "x"}, storage="16420")
+    (found,) = drifts(_recorded(before), {T: now})
+    assert found.reason.startswith("added column x in a rewrite of the table")
+    plain = CatalogEntry(10, {1: "id", 2: "a", 3: "x"}, storage="16401")
+    assert drifts(_recorded(before), {T: plain}) == []  # NULL in every existing row
+    rewritten = CatalogEntry(10, {1: "id", 2: "a"}, storage="16420")  # VACUUM FULL, CLUSTER
+    assert drifts(_recorded(before), {T: rewritten}) == []
+
+
 def test_a_recreated_table_starts_over() -> None:
     now = CatalogEntry(11, {1: "id", 2: "a", 3: "b"})
     assert drifts(_recorded(BEFORE), {T: now}) == [
