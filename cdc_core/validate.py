@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -144,6 +145,8 @@ class _Run:
     applied: tuple[int, int] | None = None
     diffs: list[KeyDiff] = field(default_factory=list)
     names: tuple[str, ...] = ()
+    columns: tuple[SilverColumn, ...] = ()  # silver's side of the compared columns
+    whole: bool = False  # compare every key again (what silver wrote since is unknown)
     oid: int = 0  # the source table's, for the WAL the slot has not confirmed
     status: Status = "differs"
 
@@ -166,7 +169,9 @@ def validate(config: Config, spark: SparkSession, options: Options) -> Report:
         _sleep(max(0.0, min(POLL_S, deadline - time.monotonic())))
         waiting = _unsettled(runs)
         for run in waiting:
+            before = run.pin
             _pin(spark, lake, config, run)
+            _changed_since(spark, lake, run, before)
         snapshot = _round(spark, config, lake, waiting, options, first=False)
         report.rounds += 1
     report.snapshot_lsn, report.confirmed_lsn = str(snapshot.lsn), _text(snapshot.confirmed)
@@ -205,6 +210,33 @@ def _pin(spark: SparkSession, lake: Lake, config: Config, run: _Run) -> None:
         run.report.silver_applied = f"{Lsn(run.applied[0])}/{run.applied[1]}"
 
 
+def _changed_since(spark: SparkSession, lake: Lake, run: _Run, version: int) -> None:
+    """Add to the keys compared again every key silver wrote after `version`, the one compared
+    whole (its Change Data Feed): the other keys are as that round found them, and a write
+    between two rounds (a bad MERGE, a hand's) is compared before the newer version counts."""
+    if run.shape is None or run.pin <= version or version < 0:
+        return
+    changes = (
+        spark.read.format("delta").option("readChangeFeed", "true")
+        .option("startingVersion", version + 1).option("endingVersion", run.pin)
+        .load(lake.silver(run.table))
+    )  # fmt: skip
+    side = None
+    try:
+        side = SilverTable(changes, run.columns, run.shape.key, soft_delete=False)
+        written = side.key_hashes()
+    except AnalysisException as e:  # no feed for those versions: every key again
+        log.info("%s: no change data feed after version %d (%s): every key compared again",
+                 run.table, version, str(e).splitlines()[0])  # fmt: skip
+        run.whole = True
+        return
+    finally:
+        if side is not None:
+            side.close()
+    known = {d.key_hash for d in run.diffs}
+    run.diffs += [KeyDiff("differs", h, ()) for h in written if h not in known]
+
+
 def _watermark(metadata: str | None) -> tuple[int, int] | None:
     try:
         data = json.loads(metadata or "")
@@ -224,7 +256,8 @@ def _round(
         for run in runs:
             began = time.monotonic()
             try:
-                _compare(spark, config, lake, conn, run, fetch_rows=options.fetch_rows, first=first)
+                whole, run.whole = first or run.whole, False
+                _compare(spark, config, lake, conn, run, fetch_rows=options.fetch_rows, first=whole)
             finally:
                 run.report.seconds += time.monotonic() - began
             r = run.report
@@ -251,14 +284,15 @@ def _compare(
         report.source_rows, report.silver_rows = count_rows(conn, run.table), 0
         return
     silver_columns, source_columns, report.not_compared = _columns(config, run.shape, live)
+    run.columns = tuple(silver_columns)
     run.names = tuple(c.name for c in silver_columns)
     key = run.shape.key
     select = config.pipeline.snapshot.select_for(run.table)
     if select:
         report.not_compared.append(
-            "the source side is what snapshot.select.statement.overrides selects; rows silver "
-            "holds that it does not select are not counted (a change since the snapshot brings "
-            "any row in)"
+            "the source side is what snapshot.select.statement.overrides selects; a row silver "
+            "holds that it does not select (a change since the snapshot brings any row in) is "
+            "compared with the table's row of its key"
         )
     ours = SourceTable(conn, run.table, source_columns, key, select=select)
     theirs = SilverTable(read_version(spark, lake.silver(run.table), run.pin), silver_columns, key,
@@ -274,11 +308,50 @@ def _compare(
             if report.exact:
                 report.mismatching = sum(d.copies for d in still)
             run.diffs = still
-        if select:  # rows outside the SELECT came in with a change: not differences
-            run.diffs = [d for d in run.diffs if d.kind != "extra"]
-            report.mismatching = sum(d.copies for d in run.diffs)
+        if select:
+            _outside_select(conn, run, source_columns, theirs)
+        _skipped(config, run)
     finally:
         theirs.close()
+
+
+# What a mirror keeps by design when the pipeline skips an operation (skipped.operations)
+_SKIPPED: dict[str, tuple[str, str]] = {
+    "c": ("missing", "rows inserted are not mirrored (skipped.operations c): rows silver lacks"),
+    "u": ("differs", "updates are not mirrored (skipped.operations u): values that differ"),
+    "d": ("extra", "deletes are not mirrored (skipped.operations d): rows only silver holds"),
+    "t": ("extra", "truncates are not mirrored (skipped.operations t): rows only silver holds"),
+}
+
+
+def _skipped(config: Config, run: _Run) -> None:
+    """Differences a skipped operation leaves by design are not counted; the report says so."""
+    codes = config.pipeline.source.skipped_operations.codes
+    kinds = {_SKIPPED[c][0] for c in codes if c in _SKIPPED}
+    if not kinds:
+        return
+    run.report.not_compared += [f"{why} are not counted" for c, (_, why) in sorted(
+        _SKIPPED.items()) if c in codes]  # fmt: skip
+    dropped = sum(d.copies for d in run.diffs if d.kind in kinds)
+    run.diffs = [d for d in run.diffs if d.kind not in kinds]
+    run.report.mismatching = max(0, run.report.mismatching - dropped)
+
+
+def _outside_select(
+    conn: Conn, run: _Run, columns: list[SourceColumn], silver: SilverTable
+) -> None:
+    """A row silver holds that the snapshot's SELECT does not return came in with a change
+    (or is wrong): compared with the whole table, it differs only if the table lacks it or
+    holds other values. The count of differences keeps what unchecked ranges added to it."""
+    extras = [d for d in run.diffs if d.kind == "extra"]
+    if not extras:
+        return
+    assert run.shape is not None
+    whole = SourceTable(conn, run.table, columns, run.shape.key)
+    outside = recheck(whole, silver, extras, run.names, keyed=bool(run.shape.key))
+    run.diffs = [d for d in run.diffs if d.kind != "extra"] + outside
+    resolved = sum(d.copies for d in extras) - sum(d.copies for d in outside)
+    run.report.mismatching = max(0, run.report.mismatching - resolved)
 
 
 def _columns(

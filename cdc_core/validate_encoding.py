@@ -162,12 +162,13 @@ class TextStep:
 def text_steps(
     rules: Sequence[Rule], column_id: str, t: ColumnType
 ) -> tuple[tuple[TextStep, ...], str | None]:
-    """The transforms that rewrote a column's values before staging, as steps PostgreSQL can
-    repeat; or, when one cannot be repeated in SQL, why the column is not compared."""
+    """The transform that rewrote a column's values before staging, as steps PostgreSQL can
+    repeat; or, when it cannot be repeated in SQL, why the column is not compared. Of several
+    rules that match a column, the reader applies one (`Rule.rank`, then the order written)."""
     if t.name not in CHARACTER_TYPES or t.array:
         return (), None
     steps = []
-    for rule in (r for r in rules if r.matches(column_id)):
+    for rule in sorted((r for r in rules if r.matches(column_id)), key=Rule.rank)[:1]:
         if rule.truncate is not None:
             steps.append(TextStep("truncate", rule.truncate))
         elif rule.mask is not None:

@@ -156,6 +156,10 @@ class SilverTable:
     def rows(self, within: Ranges) -> list[RowDigest]:
         return self._fetch(self._detail.where(_in(within)))
 
+    def key_hashes(self) -> list[int]:
+        """The key hash of every row (of every row's content, without a key), once each."""
+        return [int(r["kh"]) for r in self._hashes.select("kh").distinct().collect()]
+
     def rows_for(self, key_hashes: Sequence[int]) -> list[RowDigest]:
         return self._fetch(self._detail.where(F.col("kh").isin(list(key_hashes))))
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import psycopg
 import pyarrow.parquet as pq
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -23,11 +24,13 @@ from tests.integration.conftest import PgServer
 from tests.integration.harness import ingest_ok as ingest
 from tests.integration.harness import make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source, shape_of
+from tests.integration.test_validate import by_table, run_validate
 
 
-def test_excluded_tables_skipped_operations_and_message_prefixes(
-    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
-) -> None:
+def test_excluded_tables_skipped_operations_and_message_prefixes(  # noqa: PLR0917 - fixtures
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
     dsn = pg.dsn(database)
     sql(dsn, "CREATE TABLE kept (id int PRIMARY KEY, v text)",
         "CREATE TABLE secret (id int PRIMARY KEY, v text)")  # fmt: skip
@@ -70,6 +73,17 @@ def test_excluded_tables_skipped_operations_and_message_prefixes(
     assert not (tmp_path / "lake" / "silver" / "public" / "secret").exists()
     silver = spark.read.format("delta").load(p.lake.silver(TableName("public", "kept")))
     assert sorted(r["id"] for r in silver.collect()) == [1, 2, 3, 4, 5]  # deletes skipped
+    # validate: the rows kept by design are no difference, the report says what it left out
+    code, report = run_validate(p, monkeypatch, capsys, "--no-quality", "--table", "public.kept")
+    kept = by_table(report)["public.kept"]
+    assert (code, kept["verdict"], kept["mismatching"]) == (0, "equal", 0), report
+    assert any("skipped.operations d" in n for n in kept["not_compared"])
+    path = p.lake.silver(TableName("public", "kept"))
+    DeltaTable.forPath(spark, path).update("id = 3", {"v": F.lit("wrong")})
+    code, report = run_validate(p, monkeypatch, capsys, "--no-quality", "--table", "public.kept")
+    (key,) = by_table(report)["public.kept"]["keys"]
+    assert (code, key["kind"], key["key"]) == (1, "differs", {"id": "3"})
+    DeltaTable.forPath(spark, path).update("id = 3", {"v": F.lit("changed")})
     p.edit("skipped.operations: d", "skipped.operations: none")
     sql(dsn, "DELETE FROM kept WHERE id = 5")
     ingest(p)  # deletes flow again; the ones skipped before stay skipped (the user's choice)

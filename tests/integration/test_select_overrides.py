@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from cdc_core.config import load_pipeline
 from cdc_core.identifiers import TableName
@@ -99,6 +101,22 @@ def test_the_snapshot_reads_the_select_then_every_row_streams(  # noqa: PLR0917 
     assert code == 1
     (key,) = by_table(report)["public.orders"]["keys"]
     assert (key["kind"], key["key"]) == ("missing", {"id": "6"})
+
+    # a row silver holds that the SELECT leaves out is the table's row: one the table lacks,
+    # or whose values differ, is a difference
+    path = p.lake.silver(ORDERS)
+    mirror = spark.read.format("delta").load(path)
+    mirror.where("id = 3").withColumn("id", F.lit(100000)).write.format("delta").mode(
+        "append"
+    ).save(path)
+    DeltaTable.forPath(spark, path).update("id = 101", {"amount": F.lit(-999)})
+    code, report = run_validate(p, monkeypatch, capsys, "--no-quality", "--table", "public.orders")
+    assert code == 1
+    keys = by_table(report)["public.orders"]["keys"]
+    assert sorted((k["kind"], k["key"]["id"], tuple(k["columns"])) for k in keys) == [
+        ("differs", "101", ("amount",)), ("extra", "100000", ()), ("missing", "6", ()),
+    ]  # fmt: skip
+    assert by_table(report)["public.orders"]["mismatching"] == 3
 
 
 @pytest.mark.slow

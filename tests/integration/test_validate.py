@@ -165,6 +165,45 @@ def test_settle_compares_keys_that_were_lag_again_once_ingest_applied_them(
     assert (table["verdict"], table["keys"], table["mismatching"]) == ("equal", [], 0)
 
 
+def test_settle_compares_every_key_silver_wrote_between_rounds(
+    pipeline_file: Pipeline, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A later round reads a newer silver version: the keys written since the first round (its
+    Change Data Feed) are compared again, not only those that were lag; a write that damaged
+    another row (a bad MERGE, a hand's) is found, not taken for equal."""
+    p = pipeline_file
+    path = p.lake.silver(TableName("public", "items"))
+    before = int(DeltaTable.forPath(spark, path).history(1).collect()[0]["version"])
+    sql(p.dsn, "UPDATE items SET amount = amount + 1 WHERE order_id = 2 AND line = 1")
+    assert p.ingest("--capture-only").returncode == 0  # staged, not yet in bronze or silver
+    waits: list[float] = []
+
+    def ingest_and_damage(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 1:
+            ingest_ok(p)
+            DeltaTable.forPath(spark, path).update(
+                "order_id = 5 AND line = 3", {"note": F.lit("damaged")}
+            )
+
+    monkeypatch.setattr("cdc_core.validate._sleep", ingest_and_damage)
+    args = ("--no-quality", "--table", "public.items", "--settle", "600")
+    try:
+        code, report = run_validate(p, monkeypatch, capsys, *args)
+    finally:
+        items = DeltaTable.forPath(spark, path)
+        items.update("order_id = 5 AND line = 3", {"note": F.lit("item 5/3 ünï 😀")})
+        assert int(items.history(1).collect()[0]["version"]) > before
+
+    (table,) = report["tables"]
+    assert code == 1, report
+    assert [(k["kind"], k["key"], k["columns"]) for k in table["keys"]] == [
+        ("differs", {"order_id": "5", "line": "3"}, ["note"])
+    ]
+    assert table["verdict"] == "differs"
+
+
 def test_a_difference_the_wal_a_running_ingest_holds_may_explain_is_unverified_not_wrong(
     pipeline_file: Pipeline, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
