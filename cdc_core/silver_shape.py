@@ -161,10 +161,39 @@ def table_shape(
             columns[c.name] = new
             seen_at[c.name] = lsn
     qualified = f"{newest.schema}.{newest.table}"
+    _one_per_name(qualified, columns, seen_at, since)
     typed = frozenset(c.name for c in columns.values() if propagates and propagates(qualified, c))
     keyed_by = next((d.primary_key for _, d in reversed(history) if d.primary_key), ())
     return TableShape(newest.schema, newest.table, tuple(columns.values()), newest.primary_key,
                       newest.replica_identity, typed, keyed_by)  # fmt: skip
+
+
+def _one_per_name(
+    table: str, columns: dict[str, SilverColumn], seen_at: dict[str, int], since: int | None
+) -> None:
+    """Spark and Delta match column names without case: two columns of the history whose names
+    differ only in case (a column renamed "A" from a) are one silver column. The one last seen
+    before the mirror started over is gone from it; else the mirror stops, saying how to go on."""
+    folded: dict[str, list[str]] = {}
+    for name in columns:
+        folded.setdefault(name.lower(), []).append(name)
+    for names in folded.values():
+        if len(names) < 2:
+            continue
+        names.sort(key=lambda n: seen_at[n])
+        live = [n for n in names if since is None or seen_at[n] >= since] or names[-1:]
+        for name in names:
+            if name not in live:
+                del columns[name]
+        if len(live) > 1:
+            first, *rest = live
+            raise SchemaChangeError(
+                f"table {table}: columns {first} and {', '.join(rest)} differ only in case (a "
+                "column renamed that way), and Spark and Delta take them for one column. The "
+                "mirror stops here; other tables go on. To move on, drop the "
+                f"silver table and take a new snapshot of it (`cdc snapshot --table {table}`), "
+                "which rebuilds the mirror from that snapshot on"
+            )
 
 
 def _follows(old: SilverColumn, new: SilverColumn) -> bool:

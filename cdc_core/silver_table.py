@@ -55,6 +55,16 @@ def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
     if multiset == bool(shape.key):
         raise SchemaChangeError(key_changed(shape))
     added = [f for f in wanted.fields if f.name not in existing]
+    folded = {n.lower(): n for n in existing}
+    clash = next((f.name for f in added if f.name.lower() in folded), None)
+    if clash is not None:  # Delta would take them for one column
+        raise SchemaChangeError(
+            f"table {shape.qualified}: column {clash} differs only in case from its silver "
+            f"mirror's column {folded[clash.lower()]}, and Spark and Delta take them for one "
+            "column. The mirror stops here; other tables go on. To move on, "
+            "drop the silver table and take a new snapshot of it "
+            f"(`cdc snapshot --table {shape.qualified}`)"
+        )
     _warn_unknown(shape, {f.name for f in added})
     if needs_column_mapping([f.name for f in added]):
         _map_columns_by_name(spark, path)

@@ -52,6 +52,7 @@ from cdc_core.notifications import NotificationType, Notifier, TableScanStatus
 from cdc_core.pg.catalog import own_rows
 from cdc_core.pg.connect import VALUE_OPTIONS, connect, session_init
 from cdc_core.pg.sql_text import for_jdbc
+from cdc_core.silver_table import quoted
 from cdc_core.snapshot import SnapshotJob, TableSnapshot, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, departures, overtaken
@@ -646,13 +647,13 @@ def _overtake(spark: SparkSession, rows: DataFrame, read: GroupRead, newer: Over
     )  # fmt: skip
     data = [(*k, do, values) for k, do, values in marks]
     plan = F.broadcast(spark.createDataFrame(data, schema))
-    on = [rows[f"`{c}`"] == plan[f"__cdc_k{i}"] for i, c in enumerate(key)]
+    on = [rows[quoted(c)] == plan[f"__cdc_k{i}"] for i, c in enumerate(key)]
     joined = rows.join(plan, on, "left")  # a moved row also meets its own delete: both kept
     kept = joined.where(F.col("__cdc_do").isNull() | F.col("__cdc_do").isin("update", "move"))
     values = F.col("__cdc_values")
     return kept.select(*[
         F.when(F.map_contains_key(values, c), F.element_at(values, F.lit(c)))
-        .otherwise(F.col(f"`{c}`")).alias(c)
+        .otherwise(F.col(quoted(c))).alias(c)
         for c in read.columns
     ])  # fmt: skip
 
@@ -662,7 +663,7 @@ def _transformed(rows: DataFrame, plan: ColumnPlan) -> DataFrame:
     out = []
     for n, c in enumerate(plan.descriptor.columns):
         transform = plan.transforms.get(n)
-        column = F.col(f"`{c.name}`")
+        column = F.col(quoted(c.name))
         if transform is not None:
             column = F.udf(_or_null(transform), T.StringType())(column)
         out.append(column.alias(c.name))
@@ -742,12 +743,12 @@ def _envelopes(rows: DataFrame, read: GroupRead, view: ReadView) -> DataFrame:
     """JDBC text rows -> bronze `op=r` events."""
     now_us = time.time_ns() // 1000
     after = F.to_json(
-        F.struct(*[F.col(f"`{c}`") for c in read.columns]), {"ignoreNullFields": "false"}
+        F.struct(*[F.col(quoted(c)) for c in read.columns]), {"ignoreNullFields": "false"}
     )
     key: Column = F.lit(None).cast("string")
     if read.primary_key:
         key = F.to_json(
-            F.struct(*[F.col(f"`{k}`") for k in read.primary_key]), {"ignoreNullFields": "false"}
+            F.struct(*[F.col(quoted(k)) for k in read.primary_key]), {"ignoreNullFields": "false"}
         )
     marker = "incremental" if read.kind == "incremental" else "true"
     h = view.position.value

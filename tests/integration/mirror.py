@@ -28,6 +28,7 @@ from cdc_core.pg.connect import VALUE_SETTINGS
 from cdc_core.pgtypes import TypeModes, Unrepresentable, converter
 from cdc_core.silver import WATERMARK, shapes_since
 from cdc_core.silver_shape import TableShape, spark_type, table_shape
+from cdc_core.silver_table import quoted
 from cdc_core.state import schema_history
 
 DEFAULT_MODES = TypeModes()
@@ -76,7 +77,7 @@ def silver_rows(
     if soft_delete:
         df = df.where(~F.coalesce(F.col("_cdc_deleted"), F.lit(False)))
     cols = [
-        _canonical(F.col(f"`{c.name}`"), spark_type(c.silver)).alias(c.name) for c in shape.columns
+        _canonical(F.col(quoted(c.name)), spark_type(c.silver)).alias(c.name) for c in shape.columns
     ]
     extra = [F.col("_cdc_raw")] + ([] if shape.key else [F.col("_cdc_count")])
     out: Counter[tuple[object, ...]] = Counter()

@@ -387,19 +387,23 @@ def test_column_names_silver_cannot_tell_apart_are_refused_before_anything_lands
     dsn = pg.dsn(database)
     sql(dsn, 'CREATE TABLE cased (id int PRIMARY KEY, "Note" text, note text)',
         "CREATE TABLE meta (id int PRIMARY KEY, _CDC_op text)",
+        'CREATE TABLE ticked (id int PRIMARY KEY, "x`y" text)',
         "INSERT INTO cased VALUES (1, 'a', 'b')", "INSERT INTO meta VALUES (1, 'x')")  # fmt: skip
-    p = make_pipeline(tmp_path, dsn, ["public.cased", "public.meta"], snapshot="initial")
+    tables = ["public.cased", "public.meta", "public.ticked"]
+    p = make_pipeline(tmp_path, dsn, tables, snapshot="initial")
     run = p.ingest()
     assert run.returncode == 1, run.stderr[-3000:]
     assert 'public.cased: columns "Note" and "note" are one column to Spark and Delta' in (
         run.stderr
     )
     assert 'public.meta: column "_cdc_op" is a column silver adds to every mirror' in run.stderr
+    ticked = """public.ticked: column "x`y" has a backtick, which Delta's MERGE cannot"""
+    assert ticked in run.stderr
     assert not (p.lake.place(p.lake.bronze) / "_delta_log").exists()  # nothing landed
     doctor = p.cdc("doctor", "--pipeline", "p")
     assert doctor.returncode == 2, doctor.stdout  # the doctor: 2 when a check fails
     assert "source.column.exclude.list: public.cased.note" in doctor.stdout
-    p.edit("tables: ['public.cased', 'public.meta']", "tables: ['public.cased']\n"
+    p.edit("tables: ['public.cased', 'public.meta', 'public.ticked']", "tables: ['public.cased']\n"
            "  column.exclude.list: public.cased.note")  # fmt: skip
     ran = p.ingest()  # the fix the doctor gives
     assert ran.returncode == 0, ran.stderr[-3000:]

@@ -268,3 +268,33 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
             spark, p.lake, dsn, TableName("public", t), skip=skip.get(t, ())
         )
         assert count == 14, t
+
+
+def test_a_column_renamed_only_in_case_stops_its_mirror_alone_until_rebuilt(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Spark and Delta take "A" and a for one column: the mirror cannot hold both, so it stops
+    with its remedy while the other tables go on, and the remedy rebuilds it."""
+    dsn = pg.dsn(database)
+    for t in ("cased", "other"):
+        sql(dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, a int)",
+            f"INSERT INTO {t} SELECT g, g FROM generate_series(1, 10) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.cased", "public.other"], snapshot="initial")
+    assert p.ingest().returncode == 0
+    sql(dsn, 'ALTER TABLE cased RENAME COLUMN a TO "A"', 'UPDATE cased SET "A" = -1 WHERE id = 1',
+        "UPDATE other SET a = -1 WHERE id = 1")  # fmt: skip
+
+    run = p.ingest()
+
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "table public.cased: columns a and A differ only in case" in run.stderr
+    assert "AMBIGUOUS" not in run.stderr
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "other")) == 10
+
+    shutil.rmtree(p.lake.silver(TableName("public", "cased")))
+    requested = p.cdc("snapshot", "--pipeline", "p", "--table", "public.cased")
+    assert requested.returncode == 0, requested.stderr
+    sql(dsn, 'UPDATE cased SET "A" = -2 WHERE id = 2')
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "cased")) == 10

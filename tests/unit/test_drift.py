@@ -240,3 +240,24 @@ def test_a_time_whose_unit_changes_stops_the_mirror() -> None:
     assert table_shape(history, micros).columns[1].silver.name == "long"
     nanos = dataclasses.replace(DEFAULT_MODES, time_precision="nanoseconds")
     assert table_shape(history, nanos).columns[1].silver.name == "long"  # nanoseconds either way
+
+
+def _named(v_name: str) -> RelationDescriptor:
+    columns = (
+        ColumnDescriptor("id", 23, -1, "integer", True, "int4"),
+        ColumnDescriptor(v_name, 23, -1, "integer", False, "int4"),
+    )
+    return RelationDescriptor(10, 0, "public", "t", ReplicaIdentity.DEFAULT, columns, ("id",))
+
+
+def test_a_column_renamed_only_in_case_stops_the_mirror_until_it_starts_over_after_it() -> None:
+    """Spark and Delta take "A" and a for one column: the union of both would be ambiguous."""
+    history = [(100, _named("a")), (200, _named("A"))]
+    with pytest.raises(SchemaChangeError, match=r"columns a and A differ only in case"):
+        table_shape(history, DEFAULT_MODES)
+    with pytest.raises(SchemaChangeError, match=r"cdc snapshot --table public.t"):
+        table_shape(history, DEFAULT_MODES, since=100)  # rows with a may still be applied
+    rebuilt = table_shape(history, DEFAULT_MODES, since=150)
+    assert [c.name for c in rebuilt.columns] == ["id", "A"]
+    back = table_shape([*history, (300, _named("a"))], DEFAULT_MODES, since=250)
+    assert [c.name for c in back.columns] == ["id", "a"]  # renamed back: the newest only

@@ -117,12 +117,18 @@ def _snapshot_select(
 def column_clashes(t: TableName, info: TableInfo, rules: ColumnRules) -> dict[str, str]:
     """Columns silver cannot hold apart, each problem with the column to leave out: PostgreSQL
     tells "Note" from note, but Spark and Delta match column names without case (Java's
-    lower case), and silver adds columns of its own (`SILVER_OWN`)."""
+    lower case), and silver adds columns of its own (`SILVER_OWN`); and a column silver cannot
+    hold at all: a name with a backtick (Delta's MERGE with its change feed fails on it)."""
     identity = set(info.primary_key) | set(info.identity_columns)
     kept = [c for c in info.columns if c in identity or rules.keeps(t, c)]
     seen = {c.lower(): f"a column silver adds to every mirror ({c})" for c in SILVER_OWN}
     clashes = {}
     for column in kept:
+        if "`" in column:  # Delta's MERGE names its change feed's columns unquoted
+            clashes[f"column {quoted(column)} has a backtick, which Delta's MERGE cannot take"] = (
+                column
+            )
+            continue
         first = seen.setdefault(column.lower(), column)
         if first == column:
             continue
