@@ -118,8 +118,10 @@ TEST_SPARK = SparkSettings(
             "spark.log.level": "WARN",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
-            # the heap conf/local.yaml gives a run: the integration tier runs ingest in it
-            "spark.driver.memory": "2g",
+            # the integration tier runs ingest in this one JVM, test after test, for some 50
+            # minutes: at conf/local.yaml's 2g for a run, a last test ran out of heap building a
+            # broadcast (2026-12-01)
+            "spark.driver.memory": "3g",
             # catalog tables of their own each run: one left in ./spark-warehouse by an
             # earlier run fails the next (DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION)
             "spark.sql.warehouse.dir": (
