@@ -72,15 +72,18 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
         """
         SELECT t.ord, c.oid::bigint, a.attnum, a.attname::text,
                a.atthasdef OR a.atthasmissing OR a.attnotnull OR a.attidentity <> '',
-               format_type(a.atttypid, a.atttypmod),
-               EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
-               CASE WHEN c.relkind = 'p' THEN
-                   (SELECT string_agg(p.relfilenode::text, ',' ORDER BY p.oid)
-                    FROM pg_partition_tree(c.oid) pt JOIN pg_class p ON p.oid = pt.relid)
-               ELSE c.relfilenode::text END
+               format_type(a.atttypid, a.atttypmod), k.primary_key, k.storage
         FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
         JOIN pg_namespace n ON n.nspname = t.schema_name
         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name
+        CROSS JOIN LATERAL (  -- once per table, not per column
+            SELECT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+                       AS primary_key,
+                   CASE WHEN c.relkind = 'p' THEN
+                       (SELECT string_agg(p.relfilenode::text, ',' ORDER BY p.oid)
+                        FROM pg_partition_tree(c.oid) pt JOIN pg_class p ON p.oid = pt.relid)
+                   ELSE c.relfilenode::text END AS storage
+        ) k
         LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
         ORDER BY t.ord, a.attnum
         """,
@@ -132,19 +135,19 @@ def drifts(
         renamed = [f"{names[n]} -> {c}" for n, c in entry.columns.items() if n in names and
                    names[n] != c]  # fmt: skip
         reasons = [f"renamed column {', '.join(renamed)}"] if renamed else []
-        reasons += _added(before, entry)
-        reasons += _rewritten(before, entry, multiset=table in multisets)
+        reasons += _added(before, names, entry)
+        reasons += _rewritten(before, names, entry, multiset=table in multisets)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
     return found
 
 
-def _added(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
+def _added(before: Mapping[str, Any], names: Mapping[int, str], entry: CatalogEntry) -> list[str]:
     """Columns added since `before` whose values in existing rows no change carried: with a
     default, an identity or NOT NULL; under the name of a dropped one (the mirror holds the
     dropped one's values there); in a rewrite of the table (a volatile default, dropped since:
-    the catalog no longer says it, the table's new storage does)."""
-    names = {int(n): str(c) for n, c in dict(before["columns"]).items()}
+    the catalog no longer says it, the table's new storage does). `names`: `before`'s columns
+    by attnum."""
     new = [c for n, c in entry.columns.items() if n not in names]
     again = [c for c in new if c in names.values()]
     valued = [c for c in new if c in entry.valued and c not in again]
@@ -163,13 +166,14 @@ def _added(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
     return out
 
 
-def _rewritten(before: Mapping[str, Any], entry: CatalogEntry, *, multiset: bool) -> list[str]:
+def _rewritten(
+    before: Mapping[str, Any], names: Mapping[int, str], entry: CatalogEntry, *, multiset: bool
+) -> list[str]:
     """Values the table rewrote in place, with no change: columns of a type now that stores or
     writes their values otherwise (char(n) -> text trims them; a real in the batch before the
     ALTER would be typed as a double). A multiset knows each row by its values' text: a
     dropped column, or any change of a value's text, counts there. An entry recorded before
-    types were lacks them: only drops are found."""
-    names = {int(n): str(c) for n, c in dict(before["columns"]).items()}
+    types were lacks them: only drops are found. `names`: `before`'s columns by attnum."""
     types = {int(n): str(t) for n, t in dict(before.get("types") or {}).items()}
     dropped = [c for n, c in names.items() if n not in entry.columns] if multiset else []
     out = [f"dropped column {', '.join(dropped)}"] if dropped else []
