@@ -220,7 +220,8 @@ def apply_table(
         ready = None  # typed by the shapes the TRUNCATE set aside: typed again, by this one
     if mark is not None and (summary is None or summary[2] is None):  # not starting over
         _refuse_other_modes(table, shape, settings.modes, mark)
-    ensure_silver(spark, path, shape)
+    starting_over = summary is not None and summary[2] is not None
+    replace = ensure_silver(spark, path, shape, starting_over=starting_over)
     if settings.register:
         register(spark, path, shape, settings.database, pipeline=settings.pipeline,
                  owner=functools.partial(mirror_owner, lake))  # fmt: skip
@@ -236,7 +237,7 @@ def apply_table(
     if truncated is not None:  # only what follows the last TRUNCATE counts
         position = truncated[:2]
         _empty(spark, path, settings, txn=once(TRUNCATE_APP, position, after),
-               watermark=position, marks=marks)  # fmt: skip
+               watermark=position, marks=marks, schema=shape if replace else None)  # fmt: skip
         batch = batch.where((F.col("op") != "t") & after_position(*position))
         if typed_rows is not None:
             typed_rows = typed_rows.where(
@@ -556,15 +557,30 @@ def once(app: str, at: tuple[int, int], mark: tuple[int, int]) -> tuple[str, int
 
 def _empty(
     spark: SparkSession, path: str, settings: SilverSettings, *, txn: tuple[str, int],
-    watermark: tuple[int, int], marks: dict[str, object],
+    watermark: tuple[int, int], marks: dict[str, object], schema: TableShape | None = None,
 ) -> None:  # fmt: skip
     """Empty the mirror (or mark every row deleted, a multiset's counted to 0), once per `txn`
     (`once`); the commit records `watermark`, where a run that dies right after resumes (and
-    `marks`)."""
+    `marks`). With `schema`, a shape the mirror cannot take in place (`ensure_silver`), the same
+    commit replaces the table by an empty one of that shape: rows marked deleted go too, their
+    columns cannot hold the new types (bronze keeps their history)."""
     target = DeltaTable.forPath(spark, path)
     record = {WATERMARK: list(watermark)} | marks
     with committing(spark, record, app_id=txn[0], version=txn[1]):
-        if settings.soft_delete:
+        if schema is not None:
+            kept = target.toDF().count() if settings.soft_delete else 0
+            empty = spark.createDataFrame([], schema.spark_schema())
+            empty.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
+                path
+            )
+            log.warning(
+                "%s: its silver mirror starts over with a schema it cannot take in place (%s); "
+                "the mirror is replaced by an empty one of the new schema%s", schema.qualified,
+                ", ".join(f"{c.name} {c.type_name}" for c in schema.columns),
+                f", and its {kept} rows marked _cdc_deleted go with the old one (bronze keeps "
+                "their changes)" if kept else "",
+            )  # fmt: skip
+        elif settings.soft_delete:
             gone: dict[str, str | Column] = {"_cdc_deleted": F.lit(True), "_cdc_op": F.lit("t")}
             if "_cdc_count" in target.toDF().columns:  # a multiset's rows come back counted anew
                 gone["_cdc_count"] = F.lit(0)

@@ -39,8 +39,14 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
-    """Create the mirror, or bring its schema to `shape`: add columns, widen types in place."""
+def ensure_silver(
+    spark: SparkSession, path: str, shape: TableShape, *, starting_over: bool = False
+) -> bool:
+    """Create the mirror, or bring its schema to `shape`: add columns, widen types in place.
+    A schema it cannot take in place (a type Delta cannot widen, a key gained or lost, a column
+    renamed only in case) stops the mirror, changing nothing; unless the batch is `starting_over`
+    (it empties the mirror first: a TRUNCATE, or a table dropped and created again): then it is
+    True, and the emptying write replaces the schema with the rows (`_empty`)."""
     wanted = shape.spark_schema()
     if not DeltaTable.isDeltaTable(spark, path):
         _warn_unknown(shape, {c.name for c in shape.columns})
@@ -49,22 +55,17 @@ def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
         for key, value in (PROPERTIES | mapping).items():
             builder = builder.property(key, value)
         builder.execute()
-        return
+        return False
     existing = {f.name: f.dataType for f in DeltaTable.forPath(spark, path).toDF().schema.fields}
-    multiset = MULTISET_COLUMNS.names[0] in existing
-    if multiset == bool(shape.key):
-        raise SchemaChangeError(key_changed(shape))
     added = [f for f in wanted.fields if f.name not in existing]
-    folded = {n.lower(): n for n in existing}
-    clash = next((f.name for f in added if f.name.lower() in folded), None)
-    if clash is not None:  # Delta would take them for one column
-        raise SchemaChangeError(
-            f"table {shape.qualified}: column {clash} differs only in case from its silver "
-            f"mirror's column {folded[clash.lower()]}, and Spark and Delta take them for one "
-            "column. The mirror stops here; other tables go on. To move on, "
-            "drop the silver table and take a new snapshot of it "
-            f"(`cdc snapshot --table {shape.qualified}`)"
-        )
+    misfit = _misfit(shape, existing, wanted, added)
+    if misfit is not None:
+        if starting_over:
+            _warn_unknown(shape, {c.name for c in shape.columns})
+            if needs_column_mapping(wanted.names):
+                _map_columns_by_name(spark, path)
+            return True
+        raise SchemaChangeError(misfit)
     _warn_unknown(shape, {f.name for f in added})
     if needs_column_mapping([f.name for f in added]):
         _map_columns_by_name(spark, path)
@@ -76,17 +77,40 @@ def ensure_silver(spark: SparkSession, path: str, shape: TableShape) -> None:
         spark.sql(f"ALTER TABLE {sql_name(path)} ADD COLUMNS ({columns})")
     for f in wanted.fields:
         old = existing.get(f.name)
-        if old is None or old == f.dataType:
-            continue
-        if not spark_widens(old, f.dataType):
-            raise SchemaChangeError(
+        if old is not None and old != f.dataType:
+            spark.sql(f"ALTER TABLE {sql_name(path)} ALTER COLUMN {quoted(f.name)} TYPE "
+                      f"{f.dataType.simpleString()}")  # fmt: skip
+    return False
+
+
+def _misfit(
+    shape: TableShape, existing: dict[str, T.DataType], wanted: T.StructType,
+    added: list[T.StructField],
+) -> str | None:  # fmt: skip
+    """Why the mirror's schema (`existing`) cannot become `wanted` in place, or None."""
+    multiset = MULTISET_COLUMNS.names[0] in existing
+    if multiset == bool(shape.key):
+        return key_changed(shape)
+    folded = {n.lower(): n for n in existing}
+    clash = next((f.name for f in added if f.name.lower() in folded), None)
+    if clash is not None:  # Delta would take them for one column
+        return (
+            f"table {shape.qualified}: column {clash} differs only in case from its silver "
+            f"mirror's column {folded[clash.lower()]}, and Spark and Delta take them for one "
+            "column. The mirror stops here; other tables go on. To move on, "
+            "drop the silver table and take a new snapshot of it "
+            f"(`cdc snapshot --table {shape.qualified}`)"
+        )
+    for f in wanted.fields:
+        old = existing.get(f.name)
+        if old is not None and old != f.dataType and not spark_widens(old, f.dataType):
+            return (
                 f"table {shape.qualified}: column {f.name} is {old.simpleString()} in its silver "
                 f"mirror but now needs {f.dataType.simpleString()}, which Delta cannot change in "
                 "place. The mirror stops here; other tables go on. To move on, drop the silver "
                 "table and take a new snapshot of it"
             )
-        spark.sql(f"ALTER TABLE {sql_name(path)} ALTER COLUMN {quoted(f.name)} TYPE "
-                  f"{f.dataType.simpleString()}")  # fmt: skip
+    return None
 
 
 def key_changed(shape: TableShape) -> str:

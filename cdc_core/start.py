@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def start(config: Config, lake: Lake) -> RunStart:
         if decision.fail:
             why = _slot_trouble(slot_state(conn, source.slot), source.slot, stored, system)
             raise TerminalError(f"pipeline {config.pipeline.name}: {why}{decision.fail}")
-        slot = None
+        slot, left = None, []
         if decision.stream or decision.new_slot:
             pub = publication_info(conn, source.publication)
             left = left_publication(conn, config, lake, decision, state, existing=pub)
@@ -135,18 +136,11 @@ def start(config: Config, lake: Lake) -> RunStart:
             if adopted is not None:
                 _warn_adopted(config, lake, adopted)
         jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)
-        drifted: list[Drift] = []
-        if decision.stream or decision.snapshot:
-            now = catalog_entries(conn, list(source.tables))
-            recorded = read_json(catalog_file(lake)) or {}
-            if decision.stream and state.stored_position and not decision.snapshot:
-                drifted = drifts(recorded, now, _multisets(source, now))
-                jobs += _heal(conn, config, lake, drifted)
-            entries = recorded | {str(t): e.to_json() for t, e in now.items()}
-            write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
+        drifted = _drifted(conn, config, lake, decision, state, read=left)
+        jobs += drifted.jobs
         if slot is not None:
             _record_source(lake, slot, system, timeline)
-    reset = any(d.reset for d in drifted)
+    reset = any(d.reset for d in drifted.found)
     aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
 
@@ -355,9 +349,40 @@ def _multisets(source: SourceConfig, now: dict[TableName, CatalogEntry]) -> list
     ]  # fmt: skip
 
 
-def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[SnapshotJob]:
+@dataclass(frozen=True)
+class _Drifted:
+    found: list[Drift]
+    jobs: list[SnapshotJob]
+
+
+def _drifted(
+    conn: Conn, config: Config, lake: Lake, decision: Decision, state: StartState, *,
+    read: list[SnapshotJob],
+) -> _Drifted:  # fmt: skip
+    """Compare the captured tables' catalog with the last run's record, heal what drifted
+    (`_heal`; `read`: jobs this run planned before), and record the catalog as it is now."""
+    if not (decision.stream or decision.snapshot):
+        return _Drifted([], [])
+    source = config.pipeline.source
+    now = catalog_entries(conn, list(source.tables))
+    recorded = read_json(catalog_file(lake)) or {}
+    found: list[Drift] = []
+    jobs: list[SnapshotJob] = []
+    if decision.stream and state.stored_position and not decision.snapshot:
+        found = drifts(recorded, now, _multisets(source, now))
+        covered = {t.table for job in read for t in job.tables}  # they read after any marker
+        jobs = _heal(conn, config, lake, found, read=covered)
+    entries = recorded | {str(t): e.to_json() for t, e in now.items()}
+    write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
+    return _Drifted(found, jobs)
+
+
+def _heal(
+    conn: Conn, config: Config, lake: Lake, found: list[Drift], *, read: Collection[TableName]
+) -> list[SnapshotJob]:
     """Tables changed in ways the stream does not carry (`cdc_core.drift`): a reset marker for
-    each recreated one, then an incremental snapshot of them all."""
+    each recreated one, then an incremental snapshot of them all but those a job this run
+    planned reads anyway (`read`: a recreated table has left the publication too)."""
     planned = []
     for d in found:
         if d.reset:  # in the WAL before the snapshot's windows: silver empties the mirror here
@@ -369,8 +394,8 @@ def _heal(conn: Conn, config: Config, lake: Lake, found: list[Drift]) -> list[Sn
     if found and settings.mode == "no_data":
         log.warning("snapshot.mode no_data: %s not read again; run `cdc snapshot` to fill them in",
                     ", ".join(str(d.table) for d in found))  # fmt: skip
-    elif found:
-        job = plan_job(conn, "incremental", "schema change", [d.table for d in found],
+    elif todo := [d.table for d in found if d.table not in read]:
+        job = plan_job(conn, "incremental", "schema change", todo,
                        chunk_size=settings.chunk_size, overrides=settings.select_for)  # fmt: skip
         planned.append(_save(lake, job))
     return planned

@@ -298,3 +298,56 @@ def test_a_column_renamed_only_in_case_stops_its_mirror_alone_until_rebuilt(
     run = p.ingest()
     assert run.returncode == 0, run.stderr[-3000:]
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "cased")) == 10
+
+
+@pytest.mark.parametrize("soft_delete", [False, True])
+def test_a_table_created_again_with_other_types_or_no_key_starts_its_mirror_over(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession, soft_delete: bool
+) -> None:
+    """The mirror of a table dropped and created again starts over: a column of a type Delta
+    cannot widen into, or a key gained or lost, is no reason to stop it. The emptying commit
+    replaces the schema with the rows; the table is read once, though it left the publication
+    and drifted both."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE retyped (id int PRIMARY KEY, a text, b int)",
+        "CREATE TABLE unkeyed (id int PRIMARY KEY, a text)",
+        "INSERT INTO retyped SELECT g, 'a' || g, g FROM generate_series(1, 20) g",
+        "INSERT INTO unkeyed SELECT g, 'a' || g FROM generate_series(1, 20) g")  # fmt: skip
+    extra = f"silver:\n  soft_delete: {str(soft_delete).lower()}\n"
+    p = make_pipeline(tmp_path, dsn, ["public.retyped", "public.unkeyed"], snapshot="initial",
+                      extra=extra)  # fmt: skip
+    assert p.ingest().returncode == 0
+    sql(dsn, "UPDATE retyped SET a = 'streamed' WHERE id = 1", "DELETE FROM unkeyed WHERE id = 2",
+        "DROP TABLE retyped", "CREATE TABLE retyped (id int PRIMARY KEY, a int, b text)",
+        "INSERT INTO retyped VALUES (1000, 7, 'new'), (1001, 8, 'new')",
+        "DROP TABLE unkeyed", "CREATE TABLE unkeyed (id int, a text)",
+        "ALTER TABLE unkeyed REPLICA IDENTITY FULL",
+        "INSERT INTO unkeyed VALUES (1, 'x'), (1, 'x'), (2, 'y')")  # fmt: skip
+
+    run = p.ingest()
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    tables = [TableName("public", "retyped"), TableName("public", "unkeyed")]
+    assert [run.stderr.count(f"table {t} was dropped and created again") for t in tables] == [1, 1]
+    planned = "planned: public.retyped (1 chunks), public.unkeyed (1 chunks)"
+    assert run.stderr.count(planned) == 1, run.stderr[-3000:]
+    assert run.stderr.count("planned: ") == 1  # read once, for the publication and the drift
+    assert run.stderr.count("the mirror is replaced by an empty one of the new schema") == 2
+    # under soft_delete, the old table's rows (19 + 1 deleted by the stream, 20 by the reset)
+    assert ("its 20 rows marked _cdc_deleted go with the old one" in run.stderr) == soft_delete
+    counts = [assert_mirror_equals_source(spark, p.lake, dsn, t, soft_delete=soft_delete)
+              for t in tables]  # fmt: skip
+    assert counts == [2, 3]
+    sql(dsn, "UPDATE retyped SET a = 9 WHERE id = 1000", "DELETE FROM retyped WHERE id = 1001",
+        "INSERT INTO retyped VALUES (1002, 10, 'newer')",
+        "DELETE FROM unkeyed WHERE id = 2", "UPDATE unkeyed SET a = 'z' WHERE id = 1")  # fmt: skip
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    counts = [assert_mirror_equals_source(spark, p.lake, dsn, t, soft_delete=soft_delete)
+              for t in tables]  # fmt: skip
+    assert counts == [2, 2]
+    live = spark.read.format("delta").load(p.lake.silver(tables[0]))
+    columns = {f.name: f.dataType.simpleString() for f in live.schema.fields}
+    assert {n: t for n, t in columns.items() if not n.startswith("_cdc")} == {
+        "id": "int", "a": "int", "b": "string"
+    }  # fmt: skip
