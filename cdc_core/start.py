@@ -29,7 +29,7 @@ from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pg.catalog import own_rows, publication_info, table_info
 from cdc_core.pg.connect import connect
 from cdc_core.pg.history import current_timeline
-from cdc_core.pg.identity import table_identity_problem
+from cdc_core.pg.identity import partition_problem, table_identity_problem
 from cdc_core.pg.slot import (
     SlotState,
     ensure_publication,
@@ -276,7 +276,9 @@ def _check_identities(conn: Conn, config: Config) -> None:
     (`identity_problem`); a message.key.columns column a matching table lacks is named in a
     warning (Debezium ignores it, and so does the key)."""
     source = config.pipeline.source
-    for table, info in table_info(conn, source.tables).items():
+    infos = table_info(conn, source.tables)
+    captured = {info.oid: t for t, info in infos.items() if info is not None}
+    for table, info in infos.items():
         if info is None:
             continue  # the doctor names missing tables
         keys = source.message_key_columns
@@ -288,6 +290,9 @@ def _check_identities(conn: Conn, config: Config) -> None:
                 where, table, ", ".join(unmatched), ", ".join(info.columns),
             )  # fmt: skip
         key = keys.for_table(table, info.columns)
+        partition = partition_problem(info, key or info.primary_key, captured)
+        if partition:
+            raise TerminalError(f"pipeline {config.pipeline.name}: {partition}")
         problem = table_identity_problem(info, key)
         if problem:
             where = where if key else f"pipeline {config.pipeline.name}"

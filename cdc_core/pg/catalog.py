@@ -26,6 +26,27 @@ FAILOVER_SLOTS = 170_000
 
 
 @dataclass(frozen=True)
+class Leaf:
+    """A partition that holds rows of a partitioned table: its replica identity is its own."""
+
+    name: str
+    """As `regclass` prints it: schema-qualified unless on the search path, quoted as needed."""
+    replica_identity: ReplicaIdentity
+    primary_key: tuple[str, ...]
+    identity_index: str | None
+    identity_index_columns: tuple[str, ...]
+
+    @property
+    def identity_columns(self) -> tuple[str, ...]:
+        """Columns its UPDATE/DELETE events identify the row by; empty for FULL and NOTHING."""
+        if self.replica_identity is ReplicaIdentity.DEFAULT:
+            return self.primary_key
+        if self.replica_identity is ReplicaIdentity.INDEX:
+            return self.identity_index_columns
+        return ()
+
+
+@dataclass(frozen=True)
 class TableInfo:
     """One captured table as the catalog and the current role see it."""
 
@@ -49,6 +70,10 @@ class TableInfo:
     """Its live columns in table order (what message.key.columns is matched against)."""
     row_security: bool = False
     """Row-level security filters what the current role reads of it (`row_security_active`)."""
+    ancestors: tuple[int, ...] = ()
+    """The OIDs of the partitioned tables it is a partition of, nearest first."""
+    leaves: tuple[Leaf, ...] = ()
+    """A partitioned table's partitions that hold its rows (their changes are sent as its)."""
 
     @property
     def identity_columns(self) -> tuple[str, ...]:
@@ -191,7 +216,9 @@ SELECT t.ord, c.oid, c.relkind, pg_get_userbyid(c.relowner), c.relreplident,
        pg_has_role(c.relowner, 'USAGE'),
        ARRAY(SELECT a.attname::text FROM pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
-       row_security_active(c.oid)
+       row_security_active(c.oid),
+       ARRAY(SELECT a.relid::oid FROM pg_partition_ancestors(c.oid) WITH ORDINALITY AS a(relid, o)
+             WHERE a.relid <> c.oid ORDER BY a.o)
 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
 JOIN pg_namespace n ON n.nspname = t.schema_name
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name AND c.relkind IN ('r', 'p')
@@ -205,8 +232,10 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
     """
     rows = _rows(conn, _TABLE_INFO, ([t.schema for t in tables], [t.name for t in tables]))
     found: dict[TableName, TableInfo | None] = dict.fromkeys(tables)
+    partitioned = [int(str(row[1])) for row in rows if str(row[2]) == "p"]
+    leaves = _leaves(conn, partitioned) if partitioned else {}
     for (ord_, oid, relkind, owner, ident, pk, index, index_cols, select, usage, owns, cols,
-         filtered) in rows:  # fmt: skip
+         filtered, ancestors) in rows:  # fmt: skip
         name = tables[int(ord_) - 1]
         found[name] = TableInfo(
             name=name,
@@ -222,8 +251,33 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
             is_owner=bool(owns),
             columns=tuple(cols or ()),
             row_security=bool(filtered),
+            ancestors=tuple(int(a) for a in ancestors or ()),
+            leaves=leaves.get(int(oid), ()),
         )
     return found
+
+
+_LEAVES = f"""
+SELECT r.oid, c.oid::regclass::text, c.relreplident,
+       (SELECT {_INDEX_COLUMNS} FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+       (SELECT i.indexrelid::regclass::text FROM pg_index i
+        WHERE i.indrelid = c.oid AND i.indisreplident),
+       (SELECT {_INDEX_COLUMNS} FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)
+FROM unnest(%s::oid[]) AS r(oid), pg_partition_tree(r.oid) p
+JOIN pg_class c ON c.oid = p.relid
+WHERE p.isleaf AND c.relkind = 'r'
+ORDER BY r.oid, p.level, c.oid
+"""
+
+
+def _leaves(conn: Connection, oids: Sequence[int]) -> dict[int, tuple[Leaf, ...]]:
+    """The partitions holding rows of each partitioned table of `oids`, at every level."""
+    found: dict[int, list[Leaf]] = {}
+    for root, name, ident, pk, index, index_cols in _rows(conn, _LEAVES, (list(oids),)):
+        leaf = Leaf(str(name), ReplicaIdentity(str(ident)), tuple(pk or ()),
+                    str(index) if index is not None else None, tuple(index_cols or ()))  # fmt: skip
+        found.setdefault(int(str(root)), []).append(leaf)
+    return {oid: tuple(leaves) for oid, leaves in found.items()}
 
 
 def table_columns(conn: Connection, table: TableName) -> tuple[ColumnInfo, ...]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from cdc_core.identifiers import TableName
-from cdc_core.pg.catalog import TableInfo
+from cdc_core.pg.catalog import Leaf, TableInfo
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
 
@@ -74,4 +76,71 @@ def table_identity_problem(info: TableInfo, override: tuple[str, ...] | None) ->
         info.name, info.replica_identity,
         override if override is not None else info.primary_key, info.identity_columns,
         primary_key=info.primary_key, index=info.identity_index,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong, and what to do about it."""
+
+    why: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.why}. Run {self.fix}" if self.fix.startswith("ALTER") else (
+            f"{self.why}: {self.fix}")  # fmt: skip
+
+
+def partition_problem(
+    info: TableInfo, key: tuple[str, ...], captured: Mapping[int, TableName]
+) -> Problem | None:
+    """What is wrong with `info`'s partitions for its mirror, and the fix; or None. It is a
+    partition of a `captured` table (by OID), whose name its changes are sent under
+    (publish_via_partition_root), so its own mirror would never change; or a partition of it
+    does not send the old key the mirror matches by (`key`; empty: whole rows), or sends none,
+    and then the source refuses its UPDATE and DELETE once published. A partition's replica
+    identity is its own: setting the partitioned table's sets neither its partitions' nor
+    those created later."""
+    parent = next((captured[a] for a in info.ancestors if a in captured), None)
+    if parent is not None:
+        return Problem(
+            f"table {info.name} is a partition of {parent}, which the pipeline captures too: its "
+            f"changes are sent as {parent}'s (publish_via_partition_root), so its own mirror "
+            "would never change", f"leave {info.name} out of source.tables",
+        )  # fmt: skip
+    return next(filter(None, (_leaf_problem(info.name, key, leaf) for leaf in info.leaves)), None)
+
+
+def refused_partition(table: TableName, leaf: Leaf) -> Problem | None:
+    """Why the source refuses UPDATE and DELETE on partition `leaf` of `table` once published
+    (a replica identity that sends no old key), or None."""
+    if leaf.replica_identity is ReplicaIdentity.FULL or leaf.identity_columns:
+        return None
+    return _leaf_problem(table, leaf.primary_key, leaf)
+
+
+def _leaf_problem(table: TableName, key: tuple[str, ...], leaf: Leaf) -> Problem | None:
+    ident, carried = leaf.replica_identity, leaf.identity_columns
+    if ident is ReplicaIdentity.FULL or (carried and key and set(key) <= set(carried)):
+        return None
+    target = "DEFAULT" if key and set(key) <= set(leaf.primary_key) else "FULL"
+    fix = f"ALTER TABLE {leaf.name} REPLICA IDENTITY {target}"
+    if ident is ReplicaIdentity.NOTHING:
+        shown = "NOTHING"
+    elif ident is ReplicaIdentity.DEFAULT:
+        shown = "DEFAULT" + (f" (the primary key {', '.join(carried)})" if carried else
+                             " without a primary key")  # fmt: skip
+    else:
+        shown = f"USING INDEX {leaf.identity_index} ({', '.join(carried)})" if carried else (
+            "USING INDEX, whose index is gone")  # fmt: skip
+    head = f"partition {leaf.name} of {table} has REPLICA IDENTITY {shown}, its own"
+    if not carried:
+        return Problem(
+            f"{head}: the source refuses its UPDATEs and DELETEs while {table} is published",
+            f"{fix} (and so for each partition created later)",
+        )
+    by = f"by {', '.join(key)}" if key else "by whole rows (it has no primary key)"
+    return Problem(
+        f"{head}: its deletes and key changes would carry only {', '.join(carried)}, and the "
+        f"mirror of {table} matches rows {by}, so it would keep deleted rows", fix,
     )  # fmt: skip

@@ -17,6 +17,7 @@ from cdc_core.lsn import Lsn
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection
 from cdc_core.pg.connect import connect, unbounded
+from cdc_core.pg.identity import refused_partition
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
 PLUGIN = "pgoutput"
@@ -80,6 +81,9 @@ def _check_publishable(conn: Connection, tables: Sequence[TableName]) -> None:
     for table, info in infos.items():
         if info is None:
             raise TerminalError(f"table {table} does not exist (check source.tables)")
+        refused = next(filter(None, (refused_partition(table, leaf) for leaf in info.leaves)), None)
+        if refused is not None:
+            raise TerminalError(str(refused))
         if info.replica_identity is ReplicaIdentity.FULL or info.identity_columns:
             continue
         raise TerminalError(

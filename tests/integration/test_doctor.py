@@ -13,7 +13,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from cdc_core.config import ByteSize, Config, load_pipeline
-from cdc_core.errors import SetupError
+from cdc_core.errors import SetupError, TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.connect import connect
@@ -325,6 +325,70 @@ def test_a_partitioned_table_published_by_its_root_counts_as_published(
     assert check(report, "table public.readings").detail == "partitioned table, SELECT granted"
     assert check(report, "publication").detail == '"orders_cdc" publishes 1 of 1 tables'
     assert check(report, "replica_identity public.readings").detail == 'primary key ("id", "at")'
+
+
+def test_a_partition_s_own_replica_identity_must_carry_what_the_mirror_matches_by(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """A partition's replica identity is its own, and its changes are sent under the
+    partitioned table's name: a keyless table's partition keyed by its own primary key sends
+    only that key (the multiset mirror keeps deleted rows), one under DEFAULT without a key
+    makes the source refuse its UPDATE and DELETE, and one using another index sends no key."""
+    run(pg, database, """
+        CREATE TABLE loose (id int NOT NULL, v text) PARTITION BY RANGE (id);
+        CREATE TABLE loose_1 PARTITION OF loose FOR VALUES FROM (0) TO (100);
+        CREATE TABLE loose_2 PARTITION OF loose FOR VALUES FROM (100) TO (200)
+            PARTITION BY RANGE (id);
+        CREATE TABLE loose_2a PARTITION OF loose_2 FOR VALUES FROM (100) TO (200);
+        ALTER TABLE loose REPLICA IDENTITY FULL;
+        ALTER TABLE loose_2a REPLICA IDENTITY FULL;
+        CREATE TABLE keyed (id int PRIMARY KEY, v text NOT NULL) PARTITION BY RANGE (id);
+        CREATE TABLE keyed_1 PARTITION OF keyed FOR VALUES FROM (0) TO (100);
+        CREATE UNIQUE INDEX keyed_1_v ON keyed_1 (v);
+        ALTER TABLE keyed_1 REPLICA IDENTITY USING INDEX keyed_1_v;
+    """)  # fmt: skip
+    tables = ["public.loose", "public.keyed", "public.keyed_1"]
+    report = run_doctor(make_config(tmp_path, pg.dsn(database), tables))
+
+    assert failed(report) == [f"replica_identity {t}" for t in tables]
+    loose, keyed, listed = (check(report, f"replica_identity {t}") for t in tables)
+    assert (loose.detail, loose.fix) == (
+        "partition loose_1 of public.loose has REPLICA IDENTITY DEFAULT without a primary key, "
+        "its own: the source refuses its UPDATEs and DELETEs while public.loose is published",
+        "ALTER TABLE loose_1 REPLICA IDENTITY FULL (and so for each partition created later)",
+    )
+    assert (keyed.detail, keyed.fix) == (
+        "partition keyed_1 of public.keyed has REPLICA IDENTITY USING INDEX keyed_1_v (v), its "
+        "own: its deletes and key changes would carry only v, and the mirror of public.keyed "
+        "matches rows by id, so it would keep deleted rows",
+        "ALTER TABLE keyed_1 REPLICA IDENTITY DEFAULT",
+    )
+    assert (listed.detail, listed.fix) == (
+        "table public.keyed_1 is a partition of public.keyed, which the pipeline captures too: "
+        "its changes are sent as public.keyed's (publish_via_partition_root), so its own mirror "
+        "would never change",
+        "leave public.keyed_1 out of source.tables",
+    )
+    with (
+        psycopg.connect(pg.dsn(database), autocommit=True) as conn,
+        pytest.raises(TerminalError) as refused,
+    ):
+        ensure_publication(conn, "orders_cdc", [TableName("public", "loose")], "filtered")
+    assert str(refused.value) == f"{loose.detail}. Run {loose.fix}"  # before publishing it
+
+    run(pg, database, loose.fix.partition(" (")[0] + "; ALTER TABLE loose_1 ADD PRIMARY KEY (id)")
+    assert failed(run_doctor(make_config(tmp_path, pg.dsn(database), ["public.loose"]))) == []
+    run(pg, database, "ALTER TABLE loose_1 REPLICA IDENTITY DEFAULT")  # by its own key now
+    report = run_doctor(make_config(tmp_path, pg.dsn(database), ["public.loose"]))
+    assert check(report, "replica_identity public.loose").detail == (
+        "partition loose_1 of public.loose has REPLICA IDENTITY DEFAULT (the primary key id), its "
+        "own: its deletes and key changes would carry only id, and the mirror of public.loose "
+        "matches rows by whole rows (it has no primary key), so it would keep deleted rows"
+    )
+    run(pg, database, "ALTER TABLE loose_1 REPLICA IDENTITY FULL")
+    assert failed(run_doctor(make_config(tmp_path, pg.dsn(database), ["public.loose"]))) == []
+    with psycopg.connect(pg.dsn(database), autocommit=True) as conn:
+        ensure_publication(conn, "orders_cdc", [TableName("public", "loose")], "filtered")
 
 
 def test_the_catalog_reads_keys_in_key_order_and_the_identity_index(

@@ -11,7 +11,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.pg.catalog import TableInfo
 from cdc_core.pg.doctor.context import SHARED_OWNERSHIP, Context, quoted, table_id
 from cdc_core.pg.doctor.report import Check
-from cdc_core.pg.identity import table_identity_problem
+from cdc_core.pg.identity import partition_problem, table_identity_problem
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.pg.slot import identity_change
 
@@ -38,6 +38,10 @@ def _identity(ctx: Context, t: TableName, info: TableInfo | None) -> Check:
         )
         return Check(name, "fail", detail, fix)
     key = ctx.source.message_key_columns.for_table(t, info.columns)
+    captured = {i.oid: t for t, i in ctx.tables.items() if i is not None}
+    partition = partition_problem(info, key or info.primary_key, captured)
+    if partition:
+        return Check(name, "fail", partition.why, partition.fix)
     problem = table_identity_problem(info, key)
     if problem:
         return Check(name, "fail", problem, _identity_fix(ctx, info))
