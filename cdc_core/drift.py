@@ -1,6 +1,6 @@
 """Schema changes the stream does not show, found at the start of a run and healed by snapshots.
 
-Logical decoding carries rows, not DDL, and four changes leave a mirror wrong with no row event
+Logical decoding carries rows, not DDL, and these changes leave a mirror wrong with no row event
 to say so:
 
 - a renamed column: its values arrive under the new name only with each row's next change;
@@ -10,7 +10,9 @@ to say so:
   first rows may come before it is back in the publication;
 - in a table without a key, a dropped column or a type change that rewrites values' text
   (numeric(10,2) -> numeric(12,4), real -> double precision): its mirror is a multiset that
-  knows each row by the text of its values, so a later change's old row would match nothing.
+  knows each row by the text of its values, so a later change's old row would match nothing;
+- in a partitioned table, a partition detached or dropped (its rows stay in the mirror), or a
+  table holding rows attached as a partition (its rows never stream).
 
 Each run compares every table's catalog entry (its oid, its columns and types by attnum) with
 the entry the previous run recorded. A table that changed like that gets an incremental
@@ -38,8 +40,8 @@ Conn = psycopg.Connection[tuple[object, ...]]
 class CatalogEntry:
     """A table as the catalog has it now: its oid, its columns by attnum, the columns existing
     rows may hold a value for that no change carried (default, identity, NOT NULL), their types
-    by attnum (`format_type`), whether it has a primary key, and its storage (the relfilenodes
-    of it and its partitions: a new one each time the table is rewritten)."""
+    by attnum (`format_type`), whether it has a primary key, and its storage (its relfilenode, a
+    new one each time the table is rewritten; a partitioned table's partitions' as `oid:node`)."""
 
     oid: int
     columns: Mapping[int, str]
@@ -47,6 +49,7 @@ class CatalogEntry:
     types: Mapping[int, str] = field(default_factory=dict)
     primary_key: bool = True
     storage: str = ""
+    members: tuple[Member, ...] = ()  # a partitioned table's partitions (not recorded)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -79,9 +82,10 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
         CROSS JOIN LATERAL (  -- once per table, not per column
             SELECT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
                        AS primary_key,
-                   CASE WHEN c.relkind = 'p' THEN
-                       (SELECT string_agg(p.relfilenode::text, ',' ORDER BY p.oid)
-                        FROM pg_partition_tree(c.oid) pt JOIN pg_class p ON p.oid = pt.relid)
+                   CASE WHEN c.relkind = 'p' THEN coalesce(
+                       (SELECT string_agg(p.oid || ':' || p.relfilenode, ',' ORDER BY p.oid)
+                        FROM pg_partition_tree(c.oid) pt JOIN pg_class p ON p.oid = pt.relid
+                        WHERE pt.level > 0), '')
                    ELSE c.relfilenode::text END AS storage
         ) k
         LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -106,12 +110,56 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
             types[i][int(attnum)] = str(type_name)
             if has_value:
                 valued[i].add(str(name))
+    partitioned = [oids[i] for i, files in storage.items() if ":" in files]
+    members = _members(conn, partitioned) if partitioned else {}
     return {
         tables[i]: CatalogEntry(
-            oid, columns[i], frozenset(valued[i]), types[i], keyed[i], storage[i]
+            oid,
+            columns[i],
+            frozenset(valued[i]),
+            types[i],
+            keyed[i],
+            storage[i],
+            members.get(oid, ()),
         )
         for i, oid in oids.items()
     }
+
+
+@dataclass(frozen=True)
+class Member:
+    """A partition of a partitioned table, at any level. `attached`: made a partition by ATTACH
+    PARTITION (its row type is older than its place in the tree), not created as one, which
+    starts empty; `filled`: it holds rows (storage of its own that is not empty)."""
+
+    oid: int
+    parent: int
+    name: str
+    attached: bool
+    filled: bool
+
+
+def _members(conn: Conn, oids: Sequence[int]) -> dict[int, tuple[Member, ...]]:
+    """The partitions of each partitioned table of `oids`, at every level."""
+    rows: list[tuple[Any, ...]] = conn.execute(
+        """
+        SELECT r.oid, p.relid::oid, p.parentrelid::oid, p.relid::regclass::text,
+               t.xmin::text IS DISTINCT FROM i.xmin::text,
+               p.isleaf AND pg_relation_size(p.relid) > 0
+        FROM unnest(%s::oid[]) AS r(oid)
+        CROSS JOIN LATERAL pg_partition_tree(r.oid) p
+        JOIN pg_class c ON c.oid = p.relid
+        LEFT JOIN pg_type t ON t.oid = c.reltype
+        LEFT JOIN pg_inherits i ON i.inhrelid = p.relid AND i.inhparent = p.parentrelid
+        WHERE p.level > 0
+        """,
+        (list(oids),),
+    ).fetchall()
+    found: dict[int, list[Member]] = {}
+    for root, oid, parent, name, attached, filled in rows:
+        member = Member(int(oid), int(parent), str(name), bool(attached), bool(filled))
+        found.setdefault(int(root), []).append(member)
+    return {root: tuple(members) for root, members in found.items()}
 
 
 def drifts(
@@ -137,6 +185,7 @@ def drifts(
         reasons = [f"renamed column {', '.join(renamed)}"] if renamed else []
         reasons += _added(before, names, entry)
         reasons += _rewritten(before, names, entry, multiset=table in multisets)
+        reasons += _partitions(before, entry)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
     return found
@@ -151,7 +200,7 @@ def _added(before: Mapping[str, Any], names: Mapping[int, str], entry: CatalogEn
     new = [c for n, c in entry.columns.items() if n not in names]
     again = [c for c in new if c in names.values()]
     valued = [c for c in new if c in entry.valued and c not in again]
-    rewritten = bool(before.get("storage")) and before.get("storage") != entry.storage
+    rewritten = _storage_rewritten(str(before.get("storage") or ""), entry.storage)
     filled = [c for c in new if rewritten and c not in valued and c not in again]
     out = []
     if valued:
@@ -164,6 +213,58 @@ def _added(before: Mapping[str, Any], names: Mapping[int, str], entry: CatalogEn
         out.append(f"added column {', '.join(filled)} in a rewrite of the table (a volatile "
                    "default: existing rows hold values no change carried)")  # fmt: skip
     return out
+
+
+def _storage_rewritten(before: str, now: str) -> bool:
+    """Whether the table, or a partition it had before and still has, was rewritten (a new
+    relfilenode). Partitions come and go without a rewrite (`_partitions`). An entry recorded
+    before partitions were known by oid tells nothing."""
+    old, new = _partition_files(before), _partition_files(now)
+    if old is not None and new is not None:
+        return any(new[oid] != node for oid, node in old.items() if oid in new)
+    if ":" in now or "," in before:
+        return False  # a partitioned table recorded the older way
+    return bool(before) and before != now
+
+
+def _partition_files(storage: str) -> dict[str, str] | None:
+    """A partitioned table's `oid:node` storage by partition oid; None for another table's."""
+    parts = storage.split(",") if storage else []
+    if not all(":" in part for part in parts) or (not parts and storage):
+        return None
+    return dict(part.split(":", 1) for part in parts)
+
+
+def _partitions(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
+    """Rows a partitioned table gained or lost with no change: a partition detached or dropped
+    (its rows stay in the mirror), or a table holding rows attached as one (its rows never
+    reach it). A partition created as one starts empty: its rows stream."""
+    old = _partition_files(str(before.get("storage") or "")) if "storage" in before else None
+    if old is None or (":" not in entry.storage and entry.storage):
+        return []
+    members = {m.oid: m for m in entry.members}
+    out = []
+    gone = sorted(int(oid) for oid in old if int(oid) not in members)
+    if gone:
+        out.append(f"{len(gone)} partition{'s' if len(gone) > 1 else ''} detached or dropped "
+                   f"(oid {', '.join(map(str, gone))}): the mirror holds rows no change "
+                   "deleted")  # fmt: skip
+    attached = sorted({
+        above.name for m in members.values() if m.filled and str(m.oid) not in old
+        for above in _chain(m, members) if str(above.oid) not in old and above.attached
+    })  # fmt: skip
+    if attached:
+        out.append(f"{', '.join(attached)} attached as a partition holding rows no change "
+                   "carried")  # fmt: skip
+    return out
+
+
+def _chain(member: Member, members: Mapping[int, Member]) -> list[Member]:
+    """`member` and the partitions above it, up to the partitioned table (not included)."""
+    chain = [member]
+    while chain[-1].parent in members:
+        chain.append(members[chain[-1].parent])
+    return chain
 
 
 def _rewritten(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cdc_core.bronze import record_schema
-from cdc_core.drift import CatalogEntry, Drift, drifts
+from cdc_core.drift import CatalogEntry, Drift, Member, drifts
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -149,6 +149,53 @@ def test_a_column_added_in_a_rewrite_of_the_table_is_drift() -> None:
     assert drifts(_recorded(before), {T: plain}) == []  # NULL in every existing row
     rewritten = CatalogEntry(10, {1: "id", 2: "a"}, storage="16420")  # VACUUM FULL, CLUSTER
     assert drifts(_recorded(before), {T: rewritten}) == []
+
+
+def _partitioned(*members: Member, nodes: dict[int, int] | None = None) -> CatalogEntry:
+    files = ",".join(f"{m.oid}:{(nodes or {}).get(m.oid, m.oid + 1000)}" for m in members)
+    return CatalogEntry(10, {1: "id", 2: "a"}, storage=files, members=members)
+
+
+def _part(oid: int, *, parent: int = 10, attached: bool = False, filled: bool = True) -> Member:
+    return Member(oid, parent, f"t_{oid}", attached, filled)
+
+
+def test_a_partition_attached_holding_rows_or_gone_is_drift() -> None:
+    """Rows a partitioned table gained or lost with no change: a partition detached or dropped,
+    a table holding rows attached (at any level). A partition created as one starts empty."""
+    before = _partitioned(_part(20), _part(30))
+    created = _partitioned(_part(20), _part(30), _part(40))  # CREATE TABLE ... PARTITION OF
+    attached_empty = _partitioned(_part(20), _part(30), _part(40, attached=True, filled=False))
+    moved = _partitioned(_part(20), _part(30), nodes={20: 9999})  # VACUUM FULL of a partition
+    for now in (created, attached_empty, moved):
+        assert drifts(_recorded(before), {T: now}) == []
+    attached = _partitioned(_part(20), _part(30), _part(40, attached=True))
+    assert drifts(_recorded(before), {T: attached}) == [
+        Drift(T, "t_40 attached as a partition holding rows no change carried")
+    ]
+    below = _partitioned(_part(20), _part(30), _part(50, attached=True, filled=False),
+                         _part(51, parent=50))  # fmt: skip
+    assert drifts(_recorded(before), {T: below}) == [
+        Drift(T, "t_50 attached as a partition holding rows no change carried")
+    ]
+    gone = _partitioned(_part(20))
+    assert drifts(_recorded(before), {T: gone}) == [
+        Drift(
+            T, "1 partition detached or dropped (oid 30): the mirror holds rows no change deleted"
+        )
+    ]
+    older = CatalogEntry(10, {1: "id", 2: "a"}, storage="1020,1030")  # before oids were kept
+    assert drifts(_recorded(older), {T: gone}) == []
+
+
+def test_a_plain_column_added_beside_a_new_partition_is_no_drift() -> None:
+    """A partition created, or one gone, is no rewrite of the partitions still there."""
+    before = _partitioned(_part(20))
+    now = dataclasses.replace(_partitioned(_part(20), _part(40)), columns={1: "id", 2: "a", 3: "x"})
+    assert drifts(_recorded(before), {T: now}) == []
+    rewritten = dataclasses.replace(now, storage="20:5555,40:1040")
+    (found,) = drifts(_recorded(before), {T: rewritten})
+    assert found.reason.startswith("added column x in a rewrite of the table")
 
 
 def test_a_recreated_table_starts_over() -> None:
