@@ -59,6 +59,7 @@ from cdc_core.snapshot import (
     set_paused,
 )
 from cdc_core.snapshot_modes import Decision, StartState, decide
+from cdc_core.stale_reads import replan_stale_reads
 from cdc_core.start_publication import left_publication, record_memberships
 from cdc_core.state import (
     catalog_file,
@@ -136,7 +137,9 @@ def start(config: Config, lake: Lake) -> RunStart:
             if adopted is not None:
                 _warn_adopted(config, lake, adopted)
         jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)
-        drifted = _drifted(conn, config, lake, decision, state, read=left)
+        again = replan_stale_reads(conn, config, lake, jobs) if decision.stream else []
+        jobs += again
+        drifted = _drifted(conn, config, lake, decision, state, read=left + again)
         jobs += drifted.jobs
         if slot is not None:
             _record_source(lake, slot, system, timeline)

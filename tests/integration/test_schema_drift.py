@@ -5,7 +5,9 @@ widened columns, an incompatible type) is in test_silver_schema.py."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
 from pathlib import Path
 
 import psycopg
@@ -13,6 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from cdc_core.identifiers import TableName
+from cdc_core.signals import signal_table_ddl
 from cdc_core.snapshot import load_jobs
 from cdc_core.state import memberships_file
 from tests.integration.conftest import PgServer
@@ -399,3 +402,60 @@ def test_a_partition_attached_holding_rows_detached_or_dropped_is_read_again(
     counts = [assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", n[7:]))
               for n in names]  # fmt: skip
     assert counts == [119, 99, 99, 100]
+
+
+STALE = {  # a schema change under a snapshot's remaining chunks: (DDL, condition, its warning)
+    "key renamed": ("ALTER TABLE items RENAME COLUMN id TO id2", None, "changed since its chunks"),
+    "key retyped": (
+        "ALTER TABLE items ALTER COLUMN id TYPE text",
+        None,
+        "changed since its chunks",
+    ),
+    "condition": ("ALTER TABLE items RENAME COLUMN v TO v2", "v <> 'v7'", "no longer reads"),
+}
+
+
+@pytest.mark.parametrize("case", list(STALE))
+def test_a_snapshot_resumed_after_its_table_changed_is_planned_again_or_given_up(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession, case: str
+) -> None:
+    """An incremental snapshot killed after its first group, then its key column renamed or
+    retyped, or a column its condition names renamed: its remaining chunks would fail on every
+    run, for every table. They are planned again over the key now; a condition the table no
+    longer takes gives the read up."""
+    dsn = pg.dsn(database)
+    ddl, condition, warning = STALE[case]
+    signals = TableName("public", "cdc_signal")
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)", signal_table_ddl(signals),
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 400) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial",
+                      snapshot_extra=f"chunk.size: 100\nmax.threads: 1\n"
+                                     f"signal.data.collection: {signals}\n")  # fmt: skip
+    assert p.ingest().returncode == 0
+    request: dict[str, object] = {"data-collections": ["public.items"]}
+    if condition:
+        request["additional-conditions"] = [
+            {"data-collection": "public.items", "filter": condition}
+        ]
+    data = json.dumps(request).replace("'", "''")
+    sql(dsn, f"INSERT INTO {signals} VALUES ('s1', 'execute-snapshot', '{data}')",
+        "UPDATE items SET v = 'changed' WHERE id IN (3, 303)")  # fmt: skip
+    killed = p.ingest_with_fault("snapshot.chunk_done@1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    sql(dsn, ddl)
+
+    run = p.ingest()
+
+    assert warning in run.stderr, run.stderr[-3000:]
+    if case == "key retyped":  # the mirror cannot follow: the remedy its error names now works
+        assert run.returncode == 1, run.stderr[-3000:]
+        assert "column id changed type from integer to text" in run.stderr
+        shutil.rmtree(p.lake.silver(TableName("public", "items")))
+        assert p.cdc("snapshot", "--pipeline", "p", "--table", "public.items").returncode == 0
+        run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    run = p.ingest()  # and every run after
+    assert run.returncode == 0, run.stderr[-3000:]
+    skip = {"key renamed": ("id",), "condition": ("v",)}.get(case, ())
+    items = TableName("public", "items")
+    assert assert_mirror_equals_source(spark, p.lake, dsn, items, skip=skip) == 400
