@@ -39,11 +39,20 @@ class Leaf:
     @property
     def identity_columns(self) -> tuple[str, ...]:
         """Columns its UPDATE/DELETE events identify the row by; empty for FULL and NOTHING."""
-        if self.replica_identity is ReplicaIdentity.DEFAULT:
-            return self.primary_key
-        if self.replica_identity is ReplicaIdentity.INDEX:
-            return self.identity_index_columns
-        return ()
+        return identity_columns(self.replica_identity, self.primary_key,
+                                self.identity_index_columns)  # fmt: skip
+
+
+def identity_columns(
+    identity: ReplicaIdentity, primary_key: tuple[str, ...], index_columns: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The columns a replica identity sends the old row's values of; empty for FULL (the whole
+    row) and NOTHING."""
+    if identity is ReplicaIdentity.DEFAULT:
+        return primary_key
+    if identity is ReplicaIdentity.INDEX:
+        return index_columns
+    return ()
 
 
 @dataclass(frozen=True)
@@ -78,11 +87,8 @@ class TableInfo:
     @property
     def identity_columns(self) -> tuple[str, ...]:
         """Columns an UPDATE/DELETE event identifies its row by; empty for FULL and NOTHING."""
-        if self.replica_identity is ReplicaIdentity.DEFAULT:
-            return self.primary_key
-        if self.replica_identity is ReplicaIdentity.INDEX:
-            return self.identity_index_columns
-        return ()
+        return identity_columns(self.replica_identity, self.primary_key,
+                                self.identity_index_columns)  # fmt: skip
 
 
 @dataclass(frozen=True)
