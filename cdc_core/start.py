@@ -378,7 +378,7 @@ def _drifted(
     jobs: list[SnapshotJob] = []
     if decision.stream and state.stored_position and not decision.snapshot:
         found = drifts(recorded, now, _multisets(source, now))
-        covered = {t.table for job in read for t in job.tables}  # they read after any marker
+        covered = {t.table for job in read for t in job.tables if t.full}  # after any marker
         jobs = _heal(conn, config, lake, found, read=covered)
     entries = recorded | {str(t): e.to_json() for t, e in now.items()}
     write_json(catalog_file(lake), entries)  # after healing: a run that dies first heals
