@@ -107,5 +107,11 @@ def _refused(conn: Conn, part: TableSnapshot, *, condition_only: bool) -> str | 
             clause = f" WHERE {' AND '.join(where)}" if where else ""
             conn.execute(f"EXPLAIN SELECT * FROM {source}{clause}", binary=True)
     except psycopg.Error as e:
+        if not (e.sqlstate or "").startswith(_REFUSALS) or e.sqlstate == _NO_PRIVILEGE:
+            raise  # not the read's own SQL: a timeout, a lost connection, a revoked right
         return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return None
+
+
+_REFUSALS = ("42", "22")  # SQLSTATE classes: the SQL names what is not there, or mistypes it
+_NO_PRIVILEGE = "42501"
