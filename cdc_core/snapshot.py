@@ -262,14 +262,30 @@ def condition_problem(
         if select
         else f"{own_rows(conn, table).as_string(conn)} WHERE (\n{condition}\n)"
     )
+    refused = planning_error(conn, source)
+    if refused is not None:
+        return f"the {what} {condition!r} for {table} does not run: {first_line(refused)}"
+    return None
+
+
+def planning_error(
+    conn: psycopg.Connection[tuple[object, ...]], source: str
+) -> psycopg.Error | None:
+    """The error the server gives planning `SELECT * FROM source` (EXPLAIN, read-only, in the
+    extended protocol, which refuses several statements: nothing runs), or None."""
     try:
         with conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
             conn.execute(f"EXPLAIN SELECT * FROM {source}", binary=True)  # binary: extended
     except psycopg.Error as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"the {what} {condition!r} for {table} does not run: {first}"
+        return e
     return None
+
+
+def first_line(error: Exception) -> str:
+    """An error's first line, or its type's name when it has no text."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pg.catalog import own_rows
-from cdc_core.snapshot import SnapshotJob, TableSnapshot, plan_job
+from cdc_core.snapshot import SnapshotJob, TableSnapshot, first_line, plan_job, planning_error
 from cdc_core.snapshot_plan import chunk_predicate
 
 log = logging.getLogger("cdc_core.start")
@@ -42,21 +42,21 @@ def replan_stale_reads(
         for part in job.tables:
             if part.done or not _exists(conn, part.table):
                 continue  # a table dropped since ends its read by itself
-            problem = _refused(conn, part, condition_only=True)
-            if problem is not None:
+            problem = _refused(conn, part, condition_only=False)
+            if problem is None:
+                continue
+            if (given_up := _refused(conn, part, condition_only=True)) is not None:
                 log.warning(
                     "snapshot %s: %s is not read any further: its %s no longer reads (%s), "
                     "after a schema change since it was planned", job.id, part.table,
-                    "SELECT" if part.select else "condition", problem,
+                    "SELECT" if part.select else "condition", given_up,
                 )  # fmt: skip
-            elif (problem := _refused(conn, part, condition_only=False)) is not None:
+            else:
                 log.warning(
                     "snapshot %s: %s changed since its chunks were planned (%s): it is read "
                     "again, in chunks planned over its key now", job.id, part.table, problem,
                 )  # fmt: skip
                 again.setdefault(job.kind, []).append(part)
-            else:
-                continue
             part.done = True
             changed.append(part.table)
         if changed:
@@ -101,16 +101,13 @@ def _refused(conn: Conn, part: TableSnapshot, *, condition_only: bool) -> str | 
         where += [f"({chunk_predicate(part.plan, c)})" for c in (chunks[:1] + chunks[-1:])]
     if not where and condition_only and not part.select:
         return None
-    try:
-        with conn.transaction():
-            conn.execute("SET TRANSACTION READ ONLY")
-            clause = f" WHERE {' AND '.join(where)}" if where else ""
-            conn.execute(f"EXPLAIN SELECT * FROM {source}{clause}", binary=True)
-    except psycopg.Error as e:
-        if not (e.sqlstate or "").startswith(_REFUSALS) or e.sqlstate == _NO_PRIVILEGE:
-            raise  # not the read's own SQL: a timeout, a lost connection, a revoked right
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return None
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    error = planning_error(conn, f"{source}{clause}")
+    if error is None:
+        return None
+    if not (error.sqlstate or "").startswith(_REFUSALS) or error.sqlstate == _NO_PRIVILEGE:
+        raise error  # not the read's own SQL: a timeout, a lost connection, a revoked right
+    return first_line(error)
 
 
 _REFUSALS = ("42", "22")  # SQLSTATE classes: the SQL names what is not there, or mistypes it
