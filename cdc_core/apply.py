@@ -4,6 +4,7 @@ snapshots finish once silver holds them."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -117,6 +118,7 @@ def finish_snapshots(
                     _warn_unseen_values(spark, path, config.pipeline.name, job, part)
             part.done = True
             if job.finished:  # silver holds every table it read; sent again if a crash comes first
+                job.end_pause(time.time_ns() // 1000)  # silver finished what it had read
                 notify.job(job, NotificationType.COMPLETED)
             job.save(lake)
             finished.append(part.table.qualified)

@@ -53,6 +53,7 @@ class TableSnapshot:
     last: int | None = None  # read position of its last group: silver has it once the stream does
     done: bool = False
     override: str | None = None  # the table's snapshot.select.statement.overrides SELECT
+    ended: str | None = None  # why it is done without its read finished (stopped, gone, ...)
 
     @property
     def full(self) -> bool:
@@ -77,7 +78,7 @@ class TableSnapshot:
             "table": str(self.table), "plan": self.plan.to_json(), "columns": list(self.columns),
             "condition": self.condition, "select": self.select, "groups_done": self.groups_done,
             "rows": self.rows, "first": self.first, "last": self.last, "done": self.done,
-            "override": self.override,
+            "override": self.override, "ended": self.ended,
         }  # fmt: skip
 
     @classmethod
@@ -86,7 +87,7 @@ class TableSnapshot:
             TableName.parse(str(d["table"])), ChunkPlan.from_json(d["plan"]),  # type: ignore[arg-type]
             tuple(d["columns"]), d.get("condition"), d.get("select"),  # type: ignore[arg-type]
             int(d["groups_done"]), int(d["rows"]), d.get("first"), d.get("last"),  # type: ignore[call-overload, arg-type]
-            bool(d["done"]), d.get("override"),  # type: ignore[arg-type]
+            bool(d["done"]), d.get("override"), d.get("ended"),  # type: ignore[arg-type]
         )  # fmt: skip
 
 
@@ -110,8 +111,24 @@ class SnapshotJob:
 
     def paused_seconds(self, now_us: int) -> int:
         """Debezium's SnapshotPausedDurationInSeconds, the pause under way included."""
-        ongoing = now_us - self.paused_us if self.paused_us is not None else 0
+        ongoing = now_us - self.paused_us if self.paused_us is not None and self.paused else 0
         return max(0, self.paused_total_us + ongoing) // 1_000_000
+
+    def stop(self, now_us: int) -> None:
+        """Stopped (a stop-snapshot signal, a lost position): a pause under way ends here."""
+        self.stopped = True
+        self.end_pause(now_us)
+
+    def end(self, part: TableSnapshot, why: str) -> None:
+        """`part` done without its read finished: no more chunks are read, nothing is swept."""
+        part.done, part.ended = True, why
+        if self.finished:
+            self.end_pause(time.time_ns() // 1000)
+
+    def end_pause(self, now_us: int) -> None:
+        if self.paused_us is not None:
+            self.paused_total_us += max(0, now_us - self.paused_us)
+            self.paused_us = None
 
     @property
     def reading(self) -> bool:
@@ -157,8 +174,7 @@ def set_paused(jobs: Sequence[SnapshotJob], *, paused: bool, now_us: int) -> lis
         if paused:
             job.paused_us = now_us
         else:
-            job.paused_total_us += max(0, now_us - (job.paused_us or now_us))
-            job.paused_us = None
+            job.end_pause(now_us)
         changed.append(job)
     return changed
 

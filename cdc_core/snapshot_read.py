@@ -870,7 +870,7 @@ def read_jobs(
                     log.warning(
                         "snapshot %s: %s no longer exists; its snapshot ends", job.id, part.table
                     )
-                    part.done = True
+                    job.end(part, "the table was dropped")
                     gone = TableScanStatus.SKIPPED
                     notify.job(job, NotificationType.TABLE_SCAN_COMPLETED, part, status=gone)
                     if job.finished:

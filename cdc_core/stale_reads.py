@@ -57,7 +57,8 @@ def replan_stale_reads(
                     "again, in chunks planned over its key now", job.id, part.table, problem,
                 )  # fmt: skip
                 again.setdefault(job.kind, []).append(part)
-            part.done = True
+            job.end(part, "its condition no longer reads after a schema change" if given_up
+                    else "read again by a job planned over its key now")  # fmt: skip
             changed.append(part.table)
         if changed:
             Notifier.of(config.pipeline, lake).job(job, NotificationType.ABORTED,

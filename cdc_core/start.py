@@ -320,7 +320,7 @@ def _plan(
         notify = Notifier.of(config.pipeline, lake)
         for job in jobs:
             if not job.finished:
-                job.stopped = True
+                job.stop(time.time_ns() // 1000)
                 notify.job(job, NotificationType.ABORTED)
                 job.save(lake)
     first = [t for t in tables if settings.reads_first(t)]  # snapshot.include.collection.list
@@ -544,11 +544,11 @@ def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest, notify: Noti
             if not t.done and (signal.tables is None or t.table in signal.tables)
         ]  # fmt: skip
         if signal.tables is None:
-            job.stopped = True
+            job.stop(time.time_ns() // 1000)
         else:
             for part in job.tables:
-                if part.table in signal.tables:
-                    part.done = True
+                if part.table in signal.tables and not part.done:
+                    job.end(part, f"stopped by signal {signal.signal_id}")
         if stopped:  # Debezium's ABORTED names the data collections stopped
             notify.job(job, NotificationType.ABORTED, collections=stopped)
         job.save(lake)

@@ -127,6 +127,12 @@ class TableStatus:
 
 
 @dataclass(frozen=True)
+class EndedTable:
+    table: str
+    why: str  # stopped by a signal, the table dropped, given up or read again after DDL
+
+
+@dataclass(frozen=True)
 class SnapshotStatus:
     id: str
     kind: str
@@ -136,6 +142,8 @@ class SnapshotStatus:
     finished: bool
     paused: bool = False  # by a pause-snapshot signal: no chunk is read until resumed
     paused_s: int = 0  # Debezium's SnapshotPausedDurationInSeconds, the pause under way included
+    stopped: bool = False  # by a stop-snapshot signal, or a lost position: nothing more is read
+    ended: tuple[EndedTable, ...] = ()  # its tables done without their reads finished
 
 
 @dataclass(frozen=True)
@@ -362,9 +370,11 @@ def read_snapshots(lake: Lake) -> tuple[tuple[SnapshotStatus, ...], str | None]:
         return (), f"snapshot jobs under {lake.state / 'snapshots'} cannot be read: {e}"
     now = time.time_ns() // 1000
     found = [
-        SnapshotStatus(job.id, job.kind, sum(t.done for t in job.tables), len(job.tables),
-                       sum(t.rows for t in job.tables), job.finished, job.paused,
-                       job.paused_seconds(now))
+        SnapshotStatus(job.id, job.kind, sum(t.done and not t.ended for t in job.tables),
+                       len(job.tables), sum(t.rows for t in job.tables), job.finished,
+                       job.paused, job.paused_seconds(now), job.stopped,
+                       tuple(EndedTable(t.table.qualified, t.ended) for t in job.tables
+                             if t.ended))
         for job in jobs
     ]  # fmt: skip
     return tuple(found), None
@@ -568,11 +578,14 @@ def _snapshot_lines(snapshots: tuple[SnapshotStatus, ...]) -> list[str]:
 
 
 def _snapshot_state(s: SnapshotStatus) -> str:
+    ended = "".join(f"; {e.table} {e.why}" for e in s.ended)
+    if s.stopped:
+        return f"stopped, {s.tables_total - s.tables_done - len(s.ended)} tables unfinished{ended}"
     if s.finished:
-        return "finished"
+        return f"finished{ended}"
     if s.paused:
-        return f"paused ({s.paused_s} s in all; a resume-snapshot signal resumes it)"
-    return "in progress"
+        return f"paused ({s.paused_s} s in all; a resume-snapshot signal resumes it){ended}"
+    return f"in progress{ended}"
 
 
 def _table_lines(tables: tuple[TableStatus, ...]) -> list[str]:

@@ -3,7 +3,9 @@ change, and what they report (notifications, `cdc status`, the batch metrics).""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -13,10 +15,10 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.metrics import prometheus_text
 from cdc_core.notifications import Notifier, sink_records
-from cdc_core.signals import PauseRequest
+from cdc_core.signals import PauseRequest, StopRequest
 from cdc_core.snapshot import SnapshotJob, TableSnapshot, load_jobs, set_paused
 from cdc_core.snapshot_plan import Chunk, ChunkPlan
-from cdc_core.start import _pause
+from cdc_core.start import _pause, _stop
 
 SECOND_US = 1_000_000
 
@@ -140,3 +142,50 @@ def test_a_job_with_no_chunk_left_to_read_is_not_paused() -> None:
     j = job()
     j.tables[0].last = 123  # read to its end; silver has not taken it yet
     assert set_paused([j], paused=True, now_us=1) == []
+
+
+def two_tables(ident: str = "job-1") -> SnapshotJob:
+    j = job(ident=ident)
+    other = TableName("public", "items")
+    j.tables.append(TableSnapshot(other, dataclasses.replace(j.tables[0].plan, table=other),
+                                  ("id", "v"), groups_done=1, rows=5))  # fmt: skip
+    return j
+
+
+def test_cdc_status_shows_a_stopped_snapshot_as_stopped_and_its_paused_time_no_longer_grows(
+    tmp_path: Path,
+) -> None:
+    lake = Lake(str(tmp_path))
+    notifier = Notifier(lake, "orders", sink_topic="n")
+    whole, one = two_tables(), two_tables("job-2")
+    set_paused([whole, one], paused=True, now_us=time.time_ns() // 1000 - 30 * SECOND_US)
+    _stop(lake, [whole], StopRequest("s-9", None), notifier)
+    _stop(lake, [one], StopRequest("s-10", (TableName("public", "items"),)), notifier)
+    stopped, partly = load_jobs(lake)
+    assert (stopped.paused_us, stopped.paused_seconds(time.time_ns() // 1000 + 3600 * SECOND_US))\
+        == (None, 30)  # fmt: skip
+    assert partly.paused  # one table left to read: the pause goes on
+    [a, b], problem = st.read_snapshots(lake)
+    assert problem is None
+    assert (a.stopped, a.finished, a.paused, a.tables_done) == (True, True, False, 0)
+    assert (b.stopped, b.finished, b.tables_done) == (False, False, 0)
+    assert b.ended == (st.EndedTable("public.items", "stopped by signal s-10"),)
+    first, second = st._snapshot_lines((a, b))
+    assert first.endswith("0/2 tables  15 rows  stopped, 2 tables unfinished")
+    assert second.endswith("s in all; a resume-snapshot signal resumes it); "
+                           "public.items stopped by signal s-10")  # fmt: skip
+    _stop(lake, [partly], StopRequest("s-11", (TableName("public", "orders"),)), notifier)
+    [_, b] = st.read_snapshots(lake)[0]
+    assert (b.finished, b.paused, b.paused_s, b.tables_done) == (True, False, 30, 0)
+    assert st._snapshot_lines((b,))[0].endswith(
+        "0/2 tables  15 rows  finished; public.orders stopped by signal s-11; "
+        "public.items stopped by signal s-10"
+    )
+    assert dataclasses.asdict(b)["ended"][0] == {"table": "public.orders",
+                                                 "why": "stopped by signal s-11"}  # fmt: skip
+
+
+def test_a_job_saved_before_ended_tables_were_recorded_loads_without_them(tmp_path: Path) -> None:
+    saved = job().to_json()
+    del saved["tables"][0]["ended"]  # type: ignore[index]
+    assert SnapshotJob.from_json(saved).tables[0].ended is None
