@@ -1,13 +1,13 @@
 """Snapshot reads planned before a schema change that the table no longer takes.
 
-An incremental or blocking snapshot keeps its chunks' key, the key's types and its condition
-from when it was planned, and a run may resume it after a schema change (a snapshot killed or
-paused, then the key column renamed or retyped, or a column its condition names renamed). Its
-next read would fail, and so every run after it, for every table. A run's start tries each
-unfinished table's remaining reads on the server (EXPLAIN: planned, not run): a condition the
-table no longer takes gives that table's read up, with a warning, as a signal whose condition
-cannot be read is not carried out; chunks it no longer takes are planned again, over the
-table's key now, in a snapshot of their own that reads the table whole again.
+A snapshot (initial, incremental or blocking) keeps its chunks' key, the key's types and its
+condition from when it was planned, and a run may resume it after a schema change (a snapshot
+killed or paused, then the key column renamed or retyped, or a column its condition names
+renamed). Its next read would fail, and so every run after it, for every table. A run's start
+tries each unfinished table's remaining reads on the server (EXPLAIN: planned, not run): a
+condition the table no longer takes gives that table's read up, with a warning, as a signal
+whose condition cannot be read is not carried out; chunks it no longer takes are planned
+again, over the table's key now, in a snapshot of their own that reads the table whole again.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pg.catalog import own_rows
-from cdc_core.snapshot import SnapshotJob, TableSnapshot, first_line, plan_job, planning_error
+from cdc_core.snapshot import Kind, SnapshotJob, TableSnapshot, first_line, plan_job, planning_error
 from cdc_core.snapshot_plan import chunk_predicate
 
 log = logging.getLogger("cdc_core.start")
@@ -32,11 +32,12 @@ Conn = psycopg.Connection[tuple[object, ...]]
 def replan_stale_reads(
     conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob]
 ) -> list[SnapshotJob]:
-    """Give up, or plan again, the unfinished incremental and blocking reads the tables no
-    longer take (saved); the new jobs that read them again."""
-    again: dict[str, list[TableSnapshot]] = {}
+    """Give up, or plan again, the unfinished snapshot reads the tables no longer take (saved);
+    the new jobs that read them again (of the same kind: an initial snapshot stays unfinished
+    until the new job has read its tables)."""
+    again: dict[Kind, list[TableSnapshot]] = {}
     for job in jobs:
-        if job.finished or job.kind == "initial":
+        if job.finished:
             continue
         changed = []
         for part in job.tables:
@@ -68,15 +69,15 @@ def replan_stale_reads(
 
 
 def _plan_again(
-    conn: Conn, config: Config, lake: Lake, kind: str, parts: list[TableSnapshot]
+    conn: Conn, config: Config, lake: Lake, kind: Kind, parts: list[TableSnapshot]
 ) -> SnapshotJob:
     settings = config.pipeline.snapshot
     conditions = {p.table: c for p in parts if (c := p.select or p.condition) is not None}
     job = plan_job(
-        conn, "blocking" if kind == "blocking" else "incremental", "planned again",
+        conn, kind, "planned again",
         [p.table for p in parts], chunk_size=settings.chunk_size, conditions=conditions,
         keys=config.pipeline.source.message_key_columns,
-        overrides=settings.select_for if kind == "blocking" else None,
+        overrides=settings.select_for if kind != "incremental" else None,
     )  # fmt: skip
     job.save(lake)
     log.info("snapshot %s planned: %s", job.id, ", ".join(str(p.table) for p in parts))

@@ -137,7 +137,8 @@ def start(config: Config, lake: Lake) -> RunStart:
             if adopted is not None:
                 _warn_adopted(config, lake, adopted)
         jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)
-        again = replan_stale_reads(conn, config, lake, jobs) if decision.stream else []
+        resumed = decision.stream or decision.snapshot
+        again = replan_stale_reads(conn, config, lake, jobs) if resumed else []
         jobs += again
         drifted = _drifted(conn, config, lake, decision, state, read=left + again)
         jobs += drifted.jobs
