@@ -99,6 +99,7 @@ def start(config: Config, lake: Lake) -> RunStart:
     source = config.pipeline.source
     jobs = load_jobs(lake)
     stopped = {j.id for j in jobs if j.stopped}
+    earlier = {j.id for j in jobs}
     with connect(source.dsn, values=True) as conn:
         system, timeline = system_identifier(conn), current_timeline(conn)
         forked = lost_position.forked_history(source.dsn, lake, timeline)
@@ -137,8 +138,9 @@ def start(config: Config, lake: Lake) -> RunStart:
             if adopted is not None:
                 _warn_adopted(config, lake, adopted)
         jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)
-        resumed = decision.stream or decision.snapshot
-        again = replan_stale_reads(conn, config, lake, jobs) if resumed else []
+        resumed = [j for j in jobs if j.id in earlier]  # planned by runs before this one
+        reads = decision.stream or decision.snapshot
+        again = replan_stale_reads(conn, config, lake, resumed) if reads else []
         jobs += again
         drifted = _drifted(conn, config, lake, decision, state, read=left + again)
         jobs += drifted.jobs
