@@ -47,12 +47,14 @@ Conn = psycopg.Connection[tuple[object, ...]]
 # confirmed them) end at or before it. A transaction's rows come together, its commit last, and
 # the commit row's LSN is where the transaction ends (protocol 1 streams nothing uncommitted).
 _UNREAD = """
-SELECT count(*) FROM (
+SELECT count(*) FILTER (WHERE get_byte(data, 0) IN (73, 85, 68, 84) AND commit_lsn > %s::pg_lsn),
+       count(*)
+FROM (
     SELECT data, max(lsn) OVER (PARTITION BY xid::text) AS commit_lsn
-    FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,
+    FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,
         'proto_version', '1', 'publication_names', %s)) AS peeked
-WHERE get_byte(data, 0) IN (73, 85, 68, 84) AND commit_lsn > %s::pg_lsn
 """
+PEEK_LIMIT = 1_000_000  # messages: the count stops at the transaction that passes it
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Plan:
     publication_exists: bool
     drop_publication: bool
     retired: Retirement | None  # an earlier cdc retire's record
+    unread_more: bool = False  # the count stopped at the peek's limit: at least `unread`
 
     def lines(self) -> list[str]:
         lines = (
@@ -83,7 +86,8 @@ class Plan:
             if self.unread_error is not None:
                 lines.append(f"  changes not yet read from it: unknown ({self.unread_error})")
             elif self.unread:
-                lines.append(f"  {self.unread} changes in the WAL not yet read into the lake "
+                many = f"at least {self.unread}" if self.unread_more else str(self.unread)
+                lines.append(f"  {many} changes in the WAL not yet read into the lake "
                              "are LOST with it: run the pipeline first to keep them")  # fmt: skip
             else:
                 lines.append("  every change it holds is in the lake")
@@ -115,32 +119,38 @@ def plan(config: Config, lake: Lake, *, drop_publication: bool) -> Plan:
             raise in_use(source.slot, slot.active_pid)
         staged = staged_files(lake.changes)
         staged_end = staged[-1].end if staged else Lsn(0)
-        unread, unread_error = (
-            (None, None) if slot is None else _unread(conn, slot, source, staged_end)
+        unread, unread_error, more = (
+            (None, None, False) if slot is None else _unread(conn, slot, source, staged_end)
         )
         exists = publication_info(conn, source.publication) is not None
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
     pending = pending_files(lake, bronze.staged_end, staged)
     return Plan(config.pipeline.name, source.slot, slot, unread, unread_error, pending,
-                source.publication, exists, drop_publication, retirement(lake))  # fmt: skip
+                source.publication, exists, drop_publication, retirement(lake),
+                unread_more=more)  # fmt: skip
 
 
 def _unread(
     conn: Conn, slot: SlotState, source: SourceConfig, staged_end: Lsn
-) -> tuple[int | None, str | None]:
-    """Count the changes the slot holds that are not staged: a peek that moves nothing."""
+) -> tuple[int | None, str | None, bool]:
+    """Count the changes the slot holds that are not staged: a peek that moves nothing, of at
+    most `PEEK_LIMIT` messages (a slot far behind is not decoded whole to count it); True when
+    the count stopped there."""
     publication = source.publication
     if slot.wal_status == "lost":
-        return None, "the slot lost its WAL"
+        return None, "the slot lost its WAL", False
     name = publication_names(publication)
     try:
         with conn.transaction():
-            row = conn.execute(_UNREAD, (slot.name, name, str(staged_end))).fetchone()
+            row = conn.execute(_UNREAD, (str(staged_end), slot.name, PEEK_LIMIT, name)).fetchone()
     except psycopg.errors.ObjectInUse as e:  # a reader attached since: the drop refuses too
         raise in_use(slot.name, None) from e
     except psycopg.Error as e:
-        return None, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return (int(str(row[0])) if row else 0), None
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None, why, False
+    if row is None:
+        return 0, None, False
+    return int(str(row[0])), None, int(str(row[1])) >= PEEK_LIMIT
 
 
 def in_use(slot: str, pid: int | None, *, recorded: bool = False) -> TerminalError:

@@ -40,6 +40,8 @@ def test_what_would_be_lost_is_said_before_anything_is_dropped() -> None:
         "with Spark first)",
         "drop publication orders_pub (--drop-publication)",
     ]
+    many = replace(PLAN, unread=999_000, unread_more=True)  # the peek stopped at its limit
+    assert many.lines()[1].startswith("  at least 999000 changes in the WAL not yet read")
     unknown = replace(
         PLAN, unread=None, unread_error="canceling statement due to statement timeout"
     )
