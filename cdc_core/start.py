@@ -422,11 +422,16 @@ def _rebuild_if_dropped(conn: Conn, config: Config, lake: Lake, table: TableName
     """A whole-table snapshot of a table bronze holds changes of but whose silver mirror is
     gone (dropped to rebuild it, as a stopped mirror's error says): a reset marker before the
     snapshot's windows, so the mirror is built from the snapshot on, not from every change
-    bronze ever held (whose older shapes it may no longer be able to take)."""
+    bronze ever held (whose older shapes it may no longer be able to take). Not while a job
+    still reads the table: silver makes a mirror once a batch's reads are in."""
     if (lake.place(lake.silver(table)) / "_delta_log").is_dir() or not schema_history(
         lake, table.qualified
     ):
         return
+    reading = [j for j in load_jobs(lake) if not j.finished
+               and any(p.table == table and not p.done for p in j.tables)]  # fmt: skip
+    if reading:  # its first read is under way, silver not made yet: a marker would empty what
+        return  # was read so far, which only the new job (stopped, it never) brings back
     _write_reset(conn, config, table)
     log.warning("table %s has no silver mirror: it is rebuilt from this snapshot on", table)
 

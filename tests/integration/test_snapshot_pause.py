@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from cdc_core import faults
 from cdc_core.identifiers import TableName
 from cdc_core.notifications import sink_records
 from cdc_core.signals import signal_table_ddl
@@ -225,3 +226,46 @@ def test_a_row_a_surrogate_key_change_moved_into_a_chunk_read_before_is_named_an
     logged = ingest(p) + ingest(p)
     assert "lack values" not in logged
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 100
+
+
+def test_a_snapshot_asked_for_and_stopped_during_a_table_s_first_read_leaves_that_read_whole(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Between two reads of a table's initial snapshot (its mirror not made yet: silver makes
+    it once the batch's reads are in), an execute-snapshot of the table, then a stop-snapshot
+    of it. The new snapshot took the missing mirror for one dropped to rebuild it: its reset
+    marker emptied the 200 rows read so far, and with it stopped nothing read them again."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 600) g",
+        signal_table_ddl(SIGNALS))  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified], snapshot="initial",
+        snapshot_extra=f"chunk.size: 100\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
+        extra="capture:\n  trigger_interval_s: 0\n",
+    )  # fmt: skip
+    reads = [0]
+
+    def signal_after_the_second_read() -> None:
+        reads[0] += 1
+        if reads[0] == 2:
+            send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
+            send(dsn, "stop-1", "stop-snapshot",
+                 '{"data-collections": ["public.items"], "type": "incremental"}')  # fmt: skip
+
+    with faults.hooked("snapshot.chunk_done", signal_after_the_second_read):
+        run = p.ingest_here("--continuous", "--max-batches", "3")
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "has no silver mirror" not in run.stderr
+    assert p.ingest().returncode == 0
+    initial, asked = load_jobs(p.lake)
+    assert (initial.kind, initial.finished, initial.stopped) == ("initial", True, False)
+    assert (asked.kind, asked.finished, asked.tables[0].ended) == (
+        "incremental",
+        True,
+        "stopped by signal stop-1",
+    )
+    [first, second], _ = read_snapshots(p.lake)
+    assert (first.tables_done, first.ended, second.tables_done) == (1, (), 0)
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 600
