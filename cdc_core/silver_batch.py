@@ -501,10 +501,17 @@ def keyed_source(
     if resolvable:
         changes = _resolve_unsent(changes, shape, target, resolvable)
     key = [F.col(k) for k in shape.key]
-    order = [F.col(c).desc() for c in ("_phase", "_cdc_lsn", "_cdc_seq")]
+    order = [c.desc() for c in (*map(F.col, ("_phase", "_cdc_lsn", "_cdc_seq")), _pair_order())]
     newest = Window.partitionBy(*key).orderBy(*order)
     ranked = changes.withColumn("_rank", F.row_number().over(newest)).where("_rank = 1")
     return ranked.drop("_rank", "_phase")
+
+
+def _pair_order() -> Column:
+    """A key change is a d of the old key and a c of the new at one position, the c after: two
+    texts of one typed key (a float 0 and -0; numeric 1.10 and 1.1 typed as a double) make
+    the pair one key's two changes, of which the c is the newer."""
+    return F.col("_cdc_op") != "d"
 
 
 def unsent_columns(changes: DataFrame) -> list[str]:
@@ -572,7 +579,7 @@ def _from_earlier_changes(changes: DataFrame, shape: TableShape, names: list[str
     re-keyed (`snapshot_window`), ordered before the move by visibility; a key is free before
     a move into it otherwise, and the old key's value is `_across_key_changes`' to find."""
     earlier = (
-        Window.partitionBy(*shape.key).orderBy("_phase", "_cdc_lsn", "_cdc_seq")
+        Window.partitionBy(*shape.key).orderBy("_phase", "_cdc_lsn", "_cdc_seq", _pair_order())
         .rowsBetween(Window.unboundedPreceding, -1)
     )  # fmt: skip
     flags: dict[str, list[Column]] = {"_unchanged": [], "_waiting": [], "_unknown": []}

@@ -219,3 +219,22 @@ def test_switching_soft_delete_off_removes_the_rows_it_left_marked_once(  # noqa
     assert again.returncode == 0, again.stderr[-3000:]
     assert "_cdc_deleted removed" not in again.stderr
     assert {t.name: _version(spark, p, t) for t in tables} == versions  # looked at once
+
+
+def test_a_float_key_updated_from_0_to_minus_0_keeps_its_row(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """0 and -0 are stored differently, so PostgreSQL sends the update as a key change (a d
+    and a c at one position); silver types both to one key, and the row was deleted."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE f (id float8 PRIMARY KEY, v text)",
+        "CREATE TABLE f4 (id real PRIMARY KEY, v text)")  # fmt: skip
+    tables = [TableName("public", "f"), TableName("public", "f4")]
+    p = make_pipeline(tmp_path, dsn, [t.qualified for t in tables])
+    ingest(p)
+    sql(dsn, "INSERT INTO f VALUES (0, 'zero'), (1, 'one')",
+        "INSERT INTO f4 VALUES ('-0', 'zero'), (1, 'one')")  # fmt: skip
+    ingest(p)
+    sql(dsn, "UPDATE f SET id = '-0' WHERE id = 0", "UPDATE f4 SET id = 0 WHERE id = 0")
+    ingest(p)
+    assert [assert_mirror_equals_source(spark, p.lake, dsn, t) for t in tables] == [2, 2]

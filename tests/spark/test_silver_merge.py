@@ -181,6 +181,27 @@ def test_a_key_change_carries_untouched_toast_from_the_old_key(
     assert mirror(spark, table) == [(2, "big stored", Decimal("1.00")), (6, "other changed", None)]
 
 
+def test_a_key_change_between_two_texts_of_one_typed_key_keeps_the_row(
+    spark: SparkSession, table: str
+) -> None:
+    """A float key updated from 0 to -0, a numeric one from 1.10 to 1.1 where silver types it
+    as a double: PostgreSQL sends a key change (the stored bytes differ), so the envelope has a
+    d of the old key and a c of the new at one position, which silver types to one key. The c
+    came after the d: the row stays (the d won the tie, and the row was deleted)."""
+    apply(
+        spark,
+        table,
+        [change("c", 10, after=row(1, "stored")), change("c", 10, 1, after=row(2, "b"))],
+    )
+    apply(spark, table, [
+        change("d", 20, 3, before={"id": "1"}),
+        change("c", 20, 3, after=row(1, "moved", "2"), old_key={"id": "01"}),
+        change("d", 30, before={"id": "2"}),
+        change("c", 30, after=row(2, UNAVAILABLE, "4"), unchanged=["name"], old_key={"id": "02"}),
+    ])  # fmt: skip
+    assert mirror(spark, table) == [(1, "moved", Decimal("2.00")), (2, "b", Decimal("4.00"))]
+
+
 def unavailable(spark: SparkSession, path: str) -> dict[object, list[str]]:
     df = spark.read.format("delta").load(path).where(~F.col("_cdc_deleted"))
     return {r["id"]: list(r["_cdc_unavailable"] or []) for r in df.collect()}
