@@ -232,6 +232,7 @@ def _continuous(
     previous = {s: signal.signal(s, stopping) for s in (signal.SIGTERM, signal.SIGINT)}
     mirrors = CaughtUp.load(lake)
     last: RunSummary | None = None
+    failed: TransientError | None = None  # the failure a retry waits on
     failures = 0
     try:
         while not stop.is_set():
@@ -242,6 +243,7 @@ def _continuous(
                         config = _rediscovered(loaded, config, lake)
                     last = batch(spark, config, lake, totals, mirrors)
             except TransientError as e:
+                failed = e
                 failures += 1
                 _say_connected(lake, config.pipeline.name, _reachable(config.pipeline.source.dsn))
                 if settings.gives_up(failures):
@@ -252,7 +254,7 @@ def _continuous(
                             e, failures, budget, wait)  # fmt: skip
                 stop.wait(wait)
                 continue
-            failures = 0
+            failures, failed = 0, None
             config = _after_first_batch(config)
             log.info("batch %d: %s", totals.batches, last.describe())
             if options.max_batches is not None and totals.batches >= options.max_batches:
@@ -261,6 +263,8 @@ def _continuous(
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if last is None and failed is not None:  # stopped while a retry waited: exit 75, not 1
+        raise TransientError(f"stopped while waiting to retry the first batch: {failed}")
     if last is None:
         raise TerminalError("stopped before the first batch finished")
     from cdc_core.apply import driver_died_in_batch, if_driver_dies

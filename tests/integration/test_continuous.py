@@ -4,6 +4,7 @@ line per batch with its freshness."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import threading
@@ -210,5 +211,14 @@ def test_a_continuous_batch_that_fails_transiently_is_retried_and_one_that_keeps
     assert run.returncode == 75, run.stderr[-3000:]
     assert failures[0] == 3  # the first try and two retries
     assert "retry 2 (of 2)" in run.stderr
+
+    def stopped_while_failing() -> None:  # SIGTERM (a supervisor) while the retry waits
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise TransientError("server restarting")
+
+    with faults.hooked("silver.before_merge", stopped_while_failing):
+        run = p.ingest_here("--continuous")
+    assert run.returncode == 75, run.stderr[-3000:]  # no batch done, the last try transient
+    assert "stopped while waiting to retry the first batch: server restarting" in run.stderr
     ingest_ok(p)  # the next run takes it from there
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "events")) == 25
