@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -42,7 +43,7 @@ from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.config import Dsn
 from cdc_core.config.model import NO_KEYS, KeyColumns
 from cdc_core.envelope import BRONZE, conformed
-from cdc_core.errors import TerminalError, TransientError
+from cdc_core.errors import CdcError, TerminalError, TransientError, text_of
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -375,42 +376,93 @@ def _read_group(
         source = _source(read, coordinator)
         _lock_what_it_reads(coordinator, read, source, lock_timeout_ms, shared=shared is not None)
         chunks = [_chunk_query(read, c, source, coordinator) for c in read.chunks]
-        frames = _frames(spark, url, props, chunks)
-        newer = Overtaken()
-        if catch_up is not None:
-            catch_up(view.position)  # the stream, staged past the read: what overtook it is known
-            view, newer, moved = _with_the_stream(spark, lake, coordinator, read, view,
-                                                  source=source)  # fmt: skip
-            frames += _frames(spark, url, props, moved)
-        rows = _union(frames)
-        if plan is not None and plan.transforms:  # values rewritten before anything lands
-            rows = _transformed(rows, plan)
-        if newer:
-            rows = _overtake(spark, rows, read, newer)
-        rows = _envelopes(rows, read, view)
-        faults.point("window.high_watermark")
-        ensure_bronze(spark, lake)
-        metadata = {
-            "snapshot": read.job_id,
-            "table": read.table.qualified,
-            "group": read.group,
-            "before": view.before.value,  # the read's place travels with its rows
-            "position": view.position.value,
-            **({"unseen_from": view.unseen_from.value} if view.unseen_from else {}),
-            STAGED_END: str(applied_end(spark, lake)),
-        }  # kept in reach of the history depth
-        with committing(spark, metadata), _giving_way():  # the chunks are read here
-            (
-                rows.write.format("delta").mode("append")
-                .option("txnAppId", read.app_id).option("txnVersion", read.group)
-                .save(lake.bronze)
-            )  # fmt: skip
+        with _exported_by(coordinator, read):  # the readers import its snapshot
+            frames = _frames(spark, url, props, chunks)
+            newer = Overtaken()
+            if catch_up is not None:
+                catch_up(view.position)  # the stream, staged past the read: what overtook it
+                view, newer, moved = _with_the_stream(spark, lake, coordinator, read, view,
+                                                      source=source)  # fmt: skip
+                frames += _frames(spark, url, props, moved)
+            rows = _union(frames)
+            if plan is not None and plan.transforms:  # values rewritten before anything lands
+                rows = _transformed(rows, plan)
+            if newer:
+                rows = _overtake(spark, rows, read, newer)
+            metadata = _append(spark, lake, read, view, _envelopes(rows, read, view))
         count = _appended_rows(spark, lake, metadata)
         if count is None:  # an earlier run's read of this group is what bronze holds
             view, count = _landed_read(spark, lake, read, view)
     finally:
         coordinator.close()  # ends the transaction, and with it the exported snapshot
     return view, count, shape
+
+
+def _append(
+    spark: SparkSession, lake: Lake, read: GroupRead, view: ReadView, rows: DataFrame
+) -> dict[str, object]:
+    """Append the group's rows to bronze (the chunks are read here), in a commit Delta skips
+    if an earlier run made it; the commit's metadata."""
+    faults.point("window.high_watermark")
+    ensure_bronze(spark, lake)
+    metadata = {
+        "snapshot": read.job_id,
+        "table": read.table.qualified,
+        "group": read.group,
+        "before": view.before.value,  # the read's place travels with its rows
+        "position": view.position.value,
+        **({"unseen_from": view.unseen_from.value} if view.unseen_from else {}),
+        STAGED_END: str(applied_end(spark, lake)),
+    }  # kept in reach of the history depth
+    with committing(spark, metadata), _giving_way():
+        (
+            rows.write.format("delta").mode("append")
+            .option("txnAppId", read.app_id).option("txnVersion", read.group)
+            .save(lake.bronze)
+        )  # fmt: skip
+    return metadata
+
+
+@contextlib.contextmanager
+def _exported_by(
+    coordinator: psycopg.Connection[tuple[object, ...]], read: GroupRead
+) -> Iterator[None]:
+    """The readers import the snapshot the coordinator's transaction exported: one that fails
+    because that session is gone (a server restart, a terminated backend: `invalid snapshot
+    identifier`) fails the group as a transient error, retried as a lost connection is; any
+    other failure is left as it is."""
+    try:
+        yield
+    except CdcError:
+        raise
+    except Exception as e:
+        if _alive(coordinator):
+            raise
+        raise TransientError(
+            f"snapshot of {read.table}: group {read.group + 1}: the session holding the read's "
+            "snapshot was lost while the readers imported it (a server restart, or the session "
+            f"ended): {_server_said(e)}; the group is read again"
+        ) from e
+
+
+def _alive(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return False
+    except psycopg.Error:  # reached, its transaction failed: not the session lost
+        return True
+    return not conn.broken
+
+
+def _server_said(error: BaseException) -> str:
+    """The server's message in a reader's error (a Py4J error's first line names only the
+    call), else the error's first line."""
+    text = text_of(error) or ""
+    found = re.search(r"ERROR: ([^\n]*)", text)
+    if found:
+        return found.group(1).strip()
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def _frames(

@@ -269,3 +269,39 @@ def test_a_snapshot_asked_for_and_stopped_during_a_table_s_first_read_leaves_tha
     [first, second], _ = read_snapshots(p.lake)
     assert (first.tables_done, first.ended, second.tables_done) == (1, (), 0)
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 600
+
+
+def test_a_group_whose_exported_snapshot_is_lost_before_its_readers_import_it_is_retried(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """The session holding a group's exported snapshot ends (a server restart, a terminated
+    backend) before the executors import it: `invalid snapshot identifier`, which exited 1 as
+    an unexpected Py4J error. It is transient: the continuous run reads the group again."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 300) g",
+        signal_table_ddl(SIGNALS))  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data",
+        snapshot_extra=f"chunk.size: 100\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
+        extra="capture:\n  trigger_interval_s: 0\n  retry_backoff_s: 0.2\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
+    windows = [0]
+
+    def end_the_exporting_session() -> None:
+        windows[0] += 1
+        if windows[0] == 2:
+            sql(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                     "current_database() AND state = 'idle in transaction'")  # fmt: skip
+
+    with faults.hooked("window.high_watermark", end_the_exporting_session):
+        run = p.ingest_here("--continuous", "--max-batches", "3")
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "the session holding the read's snapshot was lost" in run.stderr
+    assert "invalid snapshot identifier" in run.stderr
+    assert p.ingest().returncode == 0
+    assert all(j.finished for j in load_jobs(p.lake))
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 300
