@@ -422,16 +422,17 @@ def _rebuild_if_dropped(conn: Conn, config: Config, lake: Lake, table: TableName
     """A whole-table snapshot of a table bronze holds changes of but whose silver mirror is
     gone (dropped to rebuild it, as a stopped mirror's error says): a reset marker before the
     snapshot's windows, so the mirror is built from the snapshot on, not from every change
-    bronze ever held (whose older shapes it may no longer be able to take). Not while a job
-    still reads the table: silver makes a mirror once a batch's reads are in."""
-    if (lake.place(lake.silver(table)) / "_delta_log").is_dir() or not schema_history(
-        lake, table.qualified
-    ):
+    bronze ever held (whose older shapes it may no longer be able to take). Not when all bronze
+    holds of the table is a read still under way (its mirror was never made: silver makes it
+    once a batch's reads are in): the marker would empty what that read took so far, and only
+    the new snapshot would bring it back (stopped, never)."""
+    if (lake.place(lake.silver(table)) / "_delta_log").is_dir():
         return
-    reading = [j for j in load_jobs(lake) if not j.finished
-               and any(p.table == table and not p.done for p in j.tables)]  # fmt: skip
-    if reading:  # its first read is under way, silver not made yet: a marker would empty what
-        return  # was read so far, which only the new job (stopped, it never) brings back
+    history = schema_history(lake, table.qualified)
+    reading = [p.first for j in load_jobs(lake) if not j.finished for p in j.tables
+               if p.table == table and not p.done and p.first is not None]  # fmt: skip
+    if not history or (reading and history[0][0] >= min(reading)):
+        return  # all bronze holds of it is a first read under way: no mirror was ever made
     _write_reset(conn, config, table)
     log.warning("table %s has no silver mirror: it is rebuilt from this snapshot on", table)
 

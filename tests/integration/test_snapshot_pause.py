@@ -228,6 +228,18 @@ def test_a_row_a_surrogate_key_change_moved_into_a_chunk_read_before_is_named_an
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 100
 
 
+def _continuous_items(dsn: str, tmp_path: Path, rows: int, *, snapshot: str) -> Pipeline:
+    """Table items of `rows` rows, read in chunks of 100 one at a time, with the signal table."""
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        f"INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, {rows}) g",
+        signal_table_ddl(SIGNALS))  # fmt: skip
+    return make_pipeline(
+        tmp_path, dsn, [ITEMS.qualified], snapshot=snapshot,
+        snapshot_extra=f"chunk.size: 100\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
+        extra="capture:\n  trigger_interval_s: 0\n  retry_backoff_s: 0.2\n",
+    )  # fmt: skip
+
+
 def test_a_snapshot_asked_for_and_stopped_during_a_table_s_first_read_leaves_that_read_whole(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
@@ -236,14 +248,7 @@ def test_a_snapshot_asked_for_and_stopped_during_a_table_s_first_read_leaves_tha
     of it. The new snapshot took the missing mirror for one dropped to rebuild it: its reset
     marker emptied the 200 rows read so far, and with it stopped nothing read them again."""
     dsn = pg.dsn(database)
-    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
-        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 600) g",
-        signal_table_ddl(SIGNALS))  # fmt: skip
-    p = make_pipeline(
-        tmp_path, dsn, [ITEMS.qualified], snapshot="initial",
-        snapshot_extra=f"chunk.size: 100\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
-        extra="capture:\n  trigger_interval_s: 0\n",
-    )  # fmt: skip
+    p = _continuous_items(dsn, tmp_path, 600, snapshot="initial")
     reads = [0]
 
     def signal_after_the_second_read() -> None:
@@ -278,14 +283,7 @@ def test_a_group_whose_exported_snapshot_is_lost_before_its_readers_import_it_is
     backend) before the executors import it: `invalid snapshot identifier`, which exited 1 as
     an unexpected Py4J error. It is transient: the continuous run reads the group again."""
     dsn = pg.dsn(database)
-    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
-        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 300) g",
-        signal_table_ddl(SIGNALS))  # fmt: skip
-    p = make_pipeline(
-        tmp_path, dsn, [ITEMS.qualified], snapshot="no_data",
-        snapshot_extra=f"chunk.size: 100\nmax.threads: 1\nsignal.data.collection: {SIGNALS}\n",
-        extra="capture:\n  trigger_interval_s: 0\n  retry_backoff_s: 0.2\n",
-    )  # fmt: skip
+    p = _continuous_items(dsn, tmp_path, 300, snapshot="no_data")
     assert p.ingest("--capture-only").returncode == 0
     send(dsn, "snap-1", "execute-snapshot", '{"data-collections": ["public.items"]}')
     windows = [0]
