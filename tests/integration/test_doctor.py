@@ -884,3 +884,43 @@ def test_row_level_security_that_filters_the_role_s_reads_fails_until_it_reads_e
     assert check(run_doctor(config), "table public.customers").status == "pass"
     with connect(config.pipeline.source.dsn, values=True) as conn:
         assert conn.execute("SELECT count(*) FROM customers").fetchone() == (3,)
+
+
+def test_a_key_column_an_option_types_approximately_is_warned_of(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """Under decimal.handling.mode: double a numeric key (here through a domain, and one
+    chosen by message.key.columns) is a double in silver, under interval.handling.mode:
+    numeric an interval key is microseconds: keys that round to one value become one row."""
+    run(pg, database, """
+        CREATE DOMAIN amount AS numeric(30, 20);
+        CREATE TABLE n (id amount PRIMARY KEY, v text);
+        CREATE TABLE iv (id interval PRIMARY KEY, v text);
+        CREATE TABLE exact (id int PRIMARY KEY, price numeric, span interval);
+        CREATE TABLE picked (code numeric NOT NULL, v text);
+        ALTER TABLE picked REPLICA IDENTITY FULL;
+    """)  # fmt: skip
+    tables = ["public.n", "public.iv", "public.exact", "public.picked"]
+    dsn = pg.dsn(database)
+    keys = {"message.key.columns": "public.picked:code"}
+    report = run_doctor(make_config(tmp_path, dsn, tables, sections={"source": keys}))
+    assert [c.name for c in report.checks if c.name.startswith("key types")] == []
+
+    approximate = {"decimal.handling.mode": "double", "interval.handling.mode": "numeric"}
+    report = run_doctor(make_config(tmp_path, dsn, tables,
+                                    sections={"source": keys, "silver": approximate}))  # fmt: skip
+
+    warned = [c for c in report.checks if c.name.startswith("key types")]
+    assert [(c.name, c.status) for c in warned] == [
+        ("key types public.n", "warn"), ("key types public.iv", "warn"),
+        ("key types public.picked", "warn"),
+    ]  # fmt: skip
+    n, iv, _ = warned
+    assert n.detail == (
+        'key column "id" (decimal.handling.mode: double) is typed approximately in silver: '
+        "distinct keys that round to one value become one mirror row (cdc validate reports it "
+        "as key not unique)"
+    )
+    assert n.fix.endswith("silver: decimal.handling.mode: precise (or string)")
+    assert iv.fix.endswith("silver: interval.handling.mode: string")
+    assert report.ok, failed(report)  # a warning: the run goes on

@@ -68,6 +68,7 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
                 t: query for t in source.tables
                 if (query := config.pipeline.snapshot.select_for(t)) is not None
             },
+            approximate=_approximate(config),
         )  # fmt: skip
     except psycopg.Error as e:
         detail = f"connected, but cannot read the catalog: {error_reason(e)}"
@@ -85,6 +86,17 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
             result = Check(name, "fail", f"the check itself failed: {error_reason(e)}")
         checks.extend(result if isinstance(result, list) else [result])
     return checks
+
+
+def _approximate(config: Config) -> dict[str, str]:
+    """The base types the silver options type approximately (`Context.approximate`)."""
+    silver = config.pipeline.silver
+    found: dict[str, str] = {}
+    if silver.decimal_handling_mode == "double":
+        found |= dict.fromkeys(("numeric", "money"), "decimal.handling.mode: double")
+    if silver.interval_handling_mode == "numeric":
+        found["interval"] = "interval.handling.mode: numeric"
+    return found
 
 
 def _dropped(ctx: Context, d: DroppedTable) -> Check:
@@ -139,6 +151,7 @@ _STEPS: tuple[tuple[str, Callable[[Context], Check | list[Check]]], ...] = (
     ("other_slots", slot.other_slots),
     ("guardrail", tables.guardrail),
     ("tables", tables.tables),
+    ("key_types", tables.approximate_keys),
     ("replica_identity", replica_identity.replica_identity),
     ("signal_table", tables.signal_table),
     ("encoding", server.encoding),

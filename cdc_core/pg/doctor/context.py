@@ -34,6 +34,9 @@ class Context:
     publication: catalog.PublicationInfo | None
     selects: Mapping[TableName, str] = field(default_factory=dict)
     """snapshot.select.statement.overrides: the SELECT a table's whole-table snapshots read."""
+    approximate: Mapping[str, str] = field(default_factory=dict)
+    """Base types silver types approximately, with the option that makes it so (numeric under
+    decimal.handling.mode: double): distinct keys of them may become one."""
 
     def render(self, template: str, *parts: sql.Composable) -> str:
         """A fix statement, composed like the queries so identifiers are quoted the same way."""

@@ -68,6 +68,47 @@ def tables(ctx: Context) -> list[Check]:
     return checks
 
 
+_BASE_TYPES = """
+SELECT a.attname::text, coalesce(b.typname, t.typname)::text
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype
+WHERE a.attrelid = %s::regclass AND a.attname = ANY(%s)
+"""
+
+
+_EXACT = {
+    "decimal.handling.mode": "decimal.handling.mode: precise (or string)",
+    "interval.handling.mode": "interval.handling.mode: string",
+}
+
+
+def approximate_keys(ctx: Context) -> list[Check]:
+    """A key column silver types approximately (an option the pipeline sets) makes distinct
+    source keys that round to one value one mirror row, as they would be one Kafka key under
+    Debezium: said, with the options that keep keys exact."""
+    if not ctx.approximate:
+        return []
+    checks = []
+    for t, info in ctx.tables.items():
+        if info is None:
+            continue
+        key = ctx.source.message_key_columns.for_table(t, info.columns) or info.primary_key
+        rows = ctx.conn.execute(_BASE_TYPES, (str(t), list(key))).fetchall() if key else []
+        found = {str(c): ctx.approximate[str(b)] for c, b in rows if str(b) in ctx.approximate}
+        if not found:
+            continue
+        detail = (
+            f"key column {', '.join(f'{quoted(c)} ({o})' for c, o in sorted(found.items()))} is "
+            "typed approximately in silver: distinct keys that round to one value become one "
+            "mirror row (cdc validate reports it as key not unique)"
+        )
+        exact = sorted({_EXACT[o.split(":")[0]] for o in found.values()})
+        fix = f"keep key columns exact: {ctx.pipeline_file}: silver: {'; '.join(exact)}"
+        checks.append(Check(f"key types {t}", "warn", detail, fix))
+    return checks
+
+
 def _row_security(ctx: Context, t: TableName, info: TableInfo) -> Check:
     """Row-level security would hand the role's reads only the rows its policies let through,
     while the stream sends every change: a snapshot would be short of rows, silently. The
