@@ -285,13 +285,16 @@ def condition_problem(
 
 
 def planning_error(
-    conn: psycopg.Connection[tuple[object, ...]], source: str
+    conn: psycopg.Connection[tuple[object, ...]], source: str, *, lock_wait_ms: int | None = None
 ) -> psycopg.Error | None:
     """The error the server gives planning `SELECT * FROM source` (EXPLAIN, read-only, in the
-    extended protocol, which refuses several statements: nothing runs), or None."""
+    extended protocol, which refuses several statements: nothing runs), or None. `lock_wait_ms`:
+    how long planning waits for the tables' locks (else up to the session's statement timeout)."""
     try:
         with conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
+            if lock_wait_ms is not None:
+                conn.execute(f"SET LOCAL lock_timeout = {int(lock_wait_ms)}")
             conn.execute(f"EXPLAIN SELECT * FROM {source}", binary=True)  # binary: extended
     except psycopg.Error as e:
         return e

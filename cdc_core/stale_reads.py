@@ -36,6 +36,7 @@ def replan_stale_reads(
     the new jobs that read them again (of the same kind: an initial snapshot stays unfinished
     until the new job has read its tables)."""
     again: dict[Kind, list[TableSnapshot]] = {}
+    wait = config.pipeline.snapshot.lock_timeout_ms
     for job in jobs:
         if job.finished:
             continue
@@ -43,10 +44,11 @@ def replan_stale_reads(
         for part in job.tables:
             if part.done or not _exists(conn, part.table):
                 continue  # a table dropped since ends its read by itself
-            problem = _refused(conn, part, condition_only=False)
+            problem = _refused(conn, part, condition_only=False, lock_wait_ms=wait)
             if problem is None:
                 continue
-            if (given_up := _refused(conn, part, condition_only=True)) is not None:
+            given_up = _refused(conn, part, condition_only=True, lock_wait_ms=wait)
+            if given_up is not None:
                 log.warning(
                     "snapshot %s: %s is not read any further: its %s no longer reads (%s), "
                     "after a schema change since it was planned", job.id, part.table,
@@ -89,9 +91,13 @@ def _exists(conn: Conn, table: TableName) -> bool:
     return bool(row and row[0])
 
 
-def _refused(conn: Conn, part: TableSnapshot, *, condition_only: bool) -> str | None:
+def _refused(
+    conn: Conn, part: TableSnapshot, *, condition_only: bool, lock_wait_ms: int
+) -> str | None:
     """Why the server refuses `part`'s remaining reads (its condition alone, with
-    `condition_only`), or None: planned, not run."""
+    `condition_only`), or None: planned, not run. A table whose lock is not granted within
+    `lock_wait_ms` (snapshot.lock.timeout.ms) is not checked now: its read waits for the lock
+    as long, and fails saying so (a check that waited would end in the statement timeout)."""
     source = (
         f"(\n{part.query}\n) AS cdc_selected"
         if part.query
@@ -104,8 +110,12 @@ def _refused(conn: Conn, part: TableSnapshot, *, condition_only: bool) -> str | 
     if not where and condition_only and not part.select:
         return None
     clause = f" WHERE {' AND '.join(where)}" if where else ""
-    error = planning_error(conn, f"{source}{clause}")
+    error = planning_error(conn, f"{source}{clause}", lock_wait_ms=lock_wait_ms)
     if error is None:
+        return None
+    if error.sqlstate == _LOCKED:  # a DDL holds the table: the read waits for it and says so
+        log.info("snapshot of %s: not checked against the table now (%s)", part.table,
+                 first_line(error))  # fmt: skip
         return None
     if not (error.sqlstate or "").startswith(_REFUSALS) or error.sqlstate == _NO_PRIVILEGE:
         raise error  # not the read's own SQL: a timeout, a lost connection, a revoked right
@@ -114,3 +124,4 @@ def _refused(conn: Conn, part: TableSnapshot, *, condition_only: bool) -> str | 
 
 _REFUSALS = ("42", "22")  # SQLSTATE classes: the SQL names what is not there, or mistypes it
 _NO_PRIVILEGE = "42501"
+_LOCKED = "55P03"
