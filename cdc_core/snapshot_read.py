@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import math
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -57,7 +56,7 @@ from cdc_core.silver_table import quoted
 from cdc_core.snapshot import SnapshotJob, TableSnapshot, catalog_descriptor
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, chunk_predicate
 from cdc_core.snapshot_window import Key, Overtaken, ReadView, departures, overtaken
-from cdc_core.transient import as_transient
+from cdc_core.transient import as_transient, jdbc_message
 
 log = logging.getLogger("cdc_core.snapshot")
 
@@ -456,13 +455,10 @@ def _alive(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
 
 
 def _server_said(error: BaseException) -> str:
-    """The server's message in a reader's error (a Py4J error's first line names only the
+    """The driver's message in a reader's error (a Py4J error's first line names only the
     call), else the error's first line."""
-    text = text_of(error) or ""
-    found = re.search(r"ERROR: ([^\n]*)", text)
-    if found:
-        return found.group(1).strip()
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    text = (text_of(error) or "").strip()
+    return jdbc_message(text) or (text.splitlines()[0] if text else type(error).__name__)
 
 
 def _frames(

@@ -124,6 +124,12 @@ def _conflict(name: str, text: str) -> TransientError:
     return TransientError(f"{_CONFLICT}: {name}: {first}; {_RETRY}")
 
 
+def jdbc_message(text: str) -> str | None:
+    """The PostgreSQL JDBC driver's message in a Spark error's text, or None."""
+    found = _PSQL.search(text)
+    return found.group(1) if found else None
+
+
 def _from_spark(error: BaseException) -> TransientError | None:
     """A Py4J error (or PySpark's captured form of one) caused by the PostgreSQL JDBC driver,
     or a Delta commit conflict."""
@@ -147,10 +153,9 @@ def _from_spark(error: BaseException) -> TransientError | None:
     conflict = _DELTA.search(text)
     if conflict is not None and conflict.group(1) in _DELTA_CONFLICTS:
         return _conflict(conflict.group(1), conflict.group(2))
-    found = _PSQL.search(text)
-    if found is None:
+    message = jdbc_message(text)
+    if message is None:
         return None
-    message = found.group(1)
     for state, known in _JDBC_TEXTS:
         if known in message:
             return _describe(state, message, via="Spark JDBC read: ")
