@@ -23,7 +23,7 @@ import psycopg
 from cdc_core import faults
 from cdc_core.config import Config
 from cdc_core.drift import catalog_entries
-from cdc_core.errors import TerminalError, TransientError
+from cdc_core.errors import TerminalError, TransientError, first_line
 from cdc_core.events import ChangeChunk, RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -123,8 +123,7 @@ def heartbeat(config: Config, lake: Lake, *, now_ms: int | None = None) -> bool:
                 if passing is not None:
                     raise TransientError(f"source.heartbeat.action.query: {passing}") from e
                 raise TerminalError(
-                    f"{config.pipeline_file}: source.heartbeat.action.query failed: "
-                    f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+                    f"{config.pipeline_file}: source.heartbeat.action.query failed: {first_line(e)}"
                 ) from e
         with conn.transaction():  # committed and flushed: within the WAL this run reads
             conn.execute("SET LOCAL synchronous_commit = local")

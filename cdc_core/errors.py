@@ -97,3 +97,12 @@ def without_java_frames(text: str) -> str:
     Spark job otherwise buries under a few hundred frames, its task's trace inside its own.
     `--debug` prints the traceback with every frame."""
     return "\n".join(line for line in text.splitlines() if not _JAVA_FRAME.match(line))
+
+
+def first_line(error: BaseException | str) -> str:
+    """An error's first line (a server's message has DETAIL, HINT and CONTEXT lines after it);
+    when it has no text, the error's type's name, or "no message" for a text."""
+    text = str(error).strip()
+    if text:
+        return text.splitlines()[0]
+    return "no message" if isinstance(error, str) else type(error).__name__

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from cdc_core.config import Config, SourceConfig
-from cdc_core.errors import TerminalError
+from cdc_core.errors import TerminalError, first_line
 from cdc_core.lake import Lake
 from cdc_core.lost_position import stored_position
 from cdc_core.lsn import Lsn
@@ -146,7 +146,7 @@ def _unread(
     except psycopg.errors.ObjectInUse as e:  # a reader attached since: the drop refuses too
         raise in_use(slot.name, None) from e
     except psycopg.Error as e:
-        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        why = first_line(e)
         return None, why, False
     if row is None:
         return 0, None, False
@@ -209,7 +209,7 @@ def _drop_publication(conn: Conn, name: str) -> None:
     except psycopg.errors.InsufficientPrivilege as e:
         raise TerminalError(
             f"publication {name} can be dropped only by its owner or a superuser (the server "
-            f"said: {str(e).strip().splitlines()[0]}): the slot is dropped and the pipeline "
+            f"said: {first_line(e)}): the slot is dropped and the pipeline "
             f"retired; drop the publication as its owner (DROP PUBLICATION {name}), or run cdc "
             "retire --drop-publication again as a role that owns it"
         ) from e

@@ -20,6 +20,7 @@ from typing import Literal
 import psycopg
 
 from cdc_core.config.model import NO_KEYS, KeyColumns, TablesOrder
+from cdc_core.errors import first_line
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -299,12 +300,6 @@ def planning_error(
     except psycopg.Error as e:
         return e
     return None
-
-
-def first_line(error: Exception) -> str:
-    """An error's first line, or its type's name when it has no text."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> tuple[str, ...]:

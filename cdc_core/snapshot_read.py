@@ -42,7 +42,7 @@ from cdc_core.columns import NO_RULES, ColumnPlan, ColumnRules
 from cdc_core.config import Dsn
 from cdc_core.config.model import NO_KEYS, KeyColumns
 from cdc_core.envelope import BRONZE, conformed
-from cdc_core.errors import CdcError, TerminalError, TransientError, text_of
+from cdc_core.errors import CdcError, TerminalError, TransientError, first_line, text_of
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -458,7 +458,7 @@ def _server_said(error: BaseException) -> str:
     """The driver's message in a reader's error (a Py4J error's first line names only the
     call), else the error's first line."""
     text = (text_of(error) or "").strip()
-    return jdbc_message(text) or (text.splitlines()[0] if text else type(error).__name__)
+    return jdbc_message(text) or (first_line(text) if text else type(error).__name__)
 
 
 def _frames(

@@ -17,11 +17,12 @@ import logging
 import psycopg
 
 from cdc_core.config import Config
+from cdc_core.errors import first_line
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.notifications import NotificationType, Notifier
 from cdc_core.pg.catalog import own_rows
-from cdc_core.snapshot import Kind, SnapshotJob, TableSnapshot, first_line, plan_job, planning_error
+from cdc_core.snapshot import Kind, SnapshotJob, TableSnapshot, plan_job, planning_error
 from cdc_core.snapshot_plan import chunk_predicate
 
 log = logging.getLogger("cdc_core.start")

@@ -29,6 +29,7 @@ from cdc_core.errors import (
     CdcError,
     ConfigError,
     TransientError,
+    first_line,
 )
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -284,7 +285,7 @@ def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
     except CdcError as e:  # a login refused: the same next time, whoever retries
         return SourceStatus(False, str(e), lasting=True), SlotStatus(name)
     except psycopg.Error as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = first_line(e)
         return SourceStatus(False, f"cannot read {dsn.redacted}: {reason}"), SlotStatus(name)
     if row is None:
         return SourceStatus(True, None, system, timeline), SlotStatus(name, exists=False)

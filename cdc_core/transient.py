@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import psycopg
 
-from cdc_core.errors import CdcError, TransientError, text_of
+from cdc_core.errors import CdcError, TransientError, first_line, text_of
 
 # SQLState (or its class, two characters) -> what it means for whoever reads the error line
 _TRANSIENT = {
@@ -103,7 +103,7 @@ def _describe(state: str | None, text: str, *, via: str = "") -> TransientError 
     hint = _TRANSIENT.get(state or "") or _TRANSIENT.get((state or "")[:2])
     if hint is None:
         return None
-    first = text.strip().splitlines()[0] if text.strip() else "no message"
+    first = first_line(text)
     code = f" [SQLSTATE {state}]" if state else ""
     server = f"{via}{first}{code}"
     return TransientError(f"{hint}: {server}; {_RETRY}", sqlstate=state or None, server=server)
@@ -114,13 +114,13 @@ def _from_psycopg(error: psycopg.Error) -> TransientError | None:
     if state is None:  # no server message: the connection itself failed or went away
         if not isinstance(error, psycopg.OperationalError):
             return None
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first = first_line(error)
         return TransientError(f"{_LOST}: {first}; {_RETRY}")
     return _describe(state, str(error))
 
 
 def _conflict(name: str, text: str) -> TransientError:
-    first = text.strip().splitlines()[0] if text.strip() else "no message"
+    first = first_line(text)
     return TransientError(f"{_CONFLICT}: {name}: {first}; {_RETRY}")
 
 

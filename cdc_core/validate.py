@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from cdc_core.apply import silver_settings
 from cdc_core.bronze import pending_files
 from cdc_core.config import Config
-from cdc_core.errors import EXIT_FAILURE, EXIT_OK
+from cdc_core.errors import EXIT_FAILURE, EXIT_OK, first_line
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -228,7 +228,7 @@ def _changed_since(spark: SparkSession, lake: Lake, run: _Run, version: int) -> 
     except CapturedException as e:  # no feed of them: off, or versions before a type widened
         # in place (Delta reads them with today's schema, and refuses): every key again
         log.info("%s: no change data feed after version %d (%s): every key compared again",
-                 run.table, version, str(e).splitlines()[0])  # fmt: skip
+                 run.table, version, first_line(e))  # fmt: skip
         run.whole = True
         return
     finally:

@@ -26,7 +26,7 @@ from pyspark.sql import types as T
 
 from cdc_core.config.loader import suggest
 from cdc_core.config.validate import ColumnExpectation
-from cdc_core.errors import ConfigError
+from cdc_core.errors import ConfigError, first_line
 from cdc_core.identifiers import TableName
 from cdc_core.lake import local_path
 from cdc_core.pgtypes import SilverType
@@ -251,7 +251,7 @@ def _outcome(table: str, r: Any) -> Outcome:
 def _detail(r: Any) -> str:
     info = r.exception_info or {}
     if info.get("raised_exception"):
-        return f"could not run: {str(info.get('exception_message', '')).splitlines()[0]}"
+        return f"could not run: {first_line(str(info.get('exception_message', '')))}"
     result = r.result or {}
     if result.get("unexpected_count"):
         total = result.get("element_count")

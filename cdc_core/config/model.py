@@ -19,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict
 from cdc_core.columns import ColumnRules, Rule
 from cdc_core.config.loader import ENV_VALUE, FieldError, meta, suggest
 from cdc_core.config.validate import ValidateConfig
+from cdc_core.errors import first_line
 from cdc_core.identifiers import TableName
 from cdc_core.name_patterns import (
     checked_pattern,
@@ -146,7 +147,7 @@ def _conninfo_problem(conninfo: str) -> str | None:
     try:
         settings = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as e:
-        said = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        said = first_line(e) if str(e).strip() else ""
         if not said or "password" in conninfo.lower() or _URI_PASSWORD.match(conninfo):
             said = "libpq cannot parse it"  # its message may quote a piece of the password
         return f"{said} (write key=value pairs, or a postgresql:// URI)"

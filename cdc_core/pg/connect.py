@@ -12,7 +12,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 
 from cdc_core.config import Dsn
-from cdc_core.errors import LoginError, TerminalError, TransientError
+from cdc_core.errors import LoginError, TerminalError, TransientError, first_line
 
 APPLICATION_NAME = "cdc-lake"
 CONNECT_TIMEOUT_S = 10
@@ -177,12 +177,6 @@ def _initial_statements(
         raise InitialStatementError(
             f"source.database.initial.statements: statement {n} ({shown!r}) failed: {reason}"
         ) from e
-
-
-def first_line(e: BaseException) -> str:
-    """An error's first line (a server's message has a DETAIL and a HINT after it)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def session_init(dsn: Dsn) -> str:

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import errors, pq
 
 from cdc_core.config import Dsn
-from cdc_core.errors import TerminalError, TransientError
+from cdc_core.errors import TerminalError, TransientError, first_line
 from cdc_core.lsn import Lsn
 from cdc_core.pg.connect import connect
 from cdc_core.pg.slot import advance_slot, flush_position, lost_slot, slot_state
@@ -83,7 +83,7 @@ def publication_missing(slot: str, publication: str, said: str) -> TerminalError
 
 def _server_said(error: psycopg.Error) -> str:
     """The error's first line and its decoding context (the slot, the LSN)."""
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    first = first_line(error)
     context = error.diag.context
     return f"{first} ({context.strip()})" if context else first
 

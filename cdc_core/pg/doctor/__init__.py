@@ -19,13 +19,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from cdc_core.config import Config, SourceConfig
 from cdc_core.config.model import DroppedTable
-from cdc_core.errors import LoginError, TerminalError, TransientError
+from cdc_core.errors import LoginError, TerminalError, TransientError, first_line
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import Connection
 from cdc_core.pg.connect import InitialStatementError, connect, refusal
 from cdc_core.pg.discover import describe, discover
 from cdc_core.pg.doctor import publication, replica_identity, role, server, slot, tables
-from cdc_core.pg.doctor.context import Context, error_reason, quoted
+from cdc_core.pg.doctor.context import Context, quoted
 from cdc_core.pg.doctor.report import Check, DoctorReport, Status, format_report
 
 __all__ = ["Check", "DoctorReport", "Status", "format_report", "run_doctor"]
@@ -71,7 +71,7 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
             approximate=_approximate(config),
         )  # fmt: skip
     except psycopg.Error as e:
-        detail = f"connected, but cannot read the catalog: {error_reason(e)}"
+        detail = f"connected, but cannot read the catalog: {first_line(e)}"
         failed = Check("connect", "fail", detail)
         return [failed, *_not_run(config.pipeline.source, "the catalog could not be read")]
     who = f"{source.dsn.redacted} as {quoted(ctx.role.name)}, database {quoted(ctx.database.name)}"
@@ -83,7 +83,7 @@ def _checks(conn: Connection, config: Config) -> list[Check]:
         try:
             result = step(ctx)
         except psycopg.Error as e:  # one broken check must not hide the others
-            result = Check(name, "fail", f"the check itself failed: {error_reason(e)}")
+            result = Check(name, "fail", f"the check itself failed: {first_line(e)}")
         checks.extend(result if isinstance(result, list) else [result])
     return checks
 

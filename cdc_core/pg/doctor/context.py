@@ -52,12 +52,6 @@ class Context:
         return [info for info in self.tables.values() if info is not None]
 
 
-def error_reason(e: BaseException) -> str:
-    """An error's first line, or its type's name when it says nothing."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def quoted(identifier: str) -> str:
     """Always double-quoted, as in the fixes, so a name reads the same in details and SQL."""
     return sql.Identifier(identifier).as_string()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import psycopg
 
-from cdc_core.errors import LoginError, TransientError
+from cdc_core.errors import LoginError, TransientError, first_line
 from cdc_core.pg.catalog import RoleInfo
 from cdc_core.pg.connect import connect
-from cdc_core.pg.doctor.context import Context, error_reason, quoted
+from cdc_core.pg.doctor.context import Context, quoted
 from cdc_core.pg.doctor.report import Check
 
 
@@ -38,7 +38,7 @@ def replication_connection(ctx: Context) -> Check:
     except LoginError as e:  # pg_hba.conf has no replication line for the role
         return Check("replication_connection", "fail", e.failure, _hba_fix(ctx, e.failure))
     except (TransientError, psycopg.Error) as e:
-        return Check("replication_connection", "fail", error_reason(e), _hba_fix(ctx, str(e)))
+        return Check("replication_connection", "fail", first_line(e), _hba_fix(ctx, str(e)))
     return Check("replication_connection", "pass", "pg_hba.conf lets the role replicate")
 
 

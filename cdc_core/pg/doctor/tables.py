@@ -9,10 +9,11 @@ import psycopg
 from psycopg import sql
 
 from cdc_core.columns import SILVER_OWN, ColumnRules
+from cdc_core.errors import first_line
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import TableInfo
-from cdc_core.pg.doctor.context import Context, error_reason, quoted, table_id
+from cdc_core.pg.doctor.context import Context, quoted, table_id
 from cdc_core.pg.doctor.report import Check, Status
 from cdc_core.signals import signal_table_ddl
 
@@ -138,7 +139,7 @@ def _snapshot_select(
             cursor = ctx.conn.execute(f"SELECT * FROM ({query}) AS cdc_selected LIMIT 0")
             returned = [d.name for d in cursor.description or ()]
     except psycopg.Error as e:
-        return Check(name, "fail", f"the SELECT does not run: {error_reason(e)}",
+        return Check(name, "fail", f"the SELECT does not run: {first_line(e)}",
                      f"correct the SELECT in {where}")  # fmt: skip
     identity = set(info.primary_key) | set(info.identity_columns)
     read = [c for c in info.columns if c in identity or rules.keeps(t, c)]
