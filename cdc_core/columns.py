@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
@@ -195,6 +195,24 @@ class ColumnRules:
             return False
         return not matches_any(self.exclude, column_id)
 
+    def rule_for(self, column_id: str) -> Rule | None:
+        """The one rule that rewrites `column_id` (schema.table.column), if any."""
+        return next((r for r in self._in_debezium_order() if r.matches(column_id)), None)
+
+    def applied(self, table: TableName, columns: Iterable[str]) -> dict[str, str]:
+        """What the filters and transforms do to each of `columns` of `table` that they touch:
+        "excluded", or the key of the rule rewriting it. Key columns, which are always kept,
+        and rules a column's type ignores count too: this tells when what a mirror holds
+        would change, and a rule that changes nothing then costs a needless read, not a miss."""
+        done = {}
+        for column in columns:
+            column_id = f"{table.schema}.{table.name}.{column}"
+            if not self.keeps(table, column):
+                done[column] = "excluded"
+            elif (rule := self.rule_for(column_id)) is not None:
+                done[column] = rule.key
+        return done
+
     def plan(self, descriptor: RelationDescriptor) -> ColumnPlan | None:
         """How a table's rows are rewritten; None when nothing changes for it."""
         if not self:
@@ -210,10 +228,9 @@ class ColumnRules:
             if not always and matches_any(self.exclude, column_id):
                 continue
             keep.append(i)
-            if c.base_type in CHARACTER_TYPES and not c.is_array:
-                rule = next((r for r in self._in_debezium_order() if r.matches(column_id)), None)
-                if rule is not None:
-                    transforms[len(keep) - 1] = rule.transform(c)
+            textual = c.base_type in CHARACTER_TYPES and not c.is_array
+            if textual and (rule := self.rule_for(column_id)) is not None:
+                transforms[len(keep) - 1] = rule.transform(c)
         if len(keep) == len(descriptor.columns) and not transforms:
             return None
         kept = replace(descriptor, columns=tuple(descriptor.columns[i] for i in keep))

@@ -50,6 +50,7 @@ class CatalogEntry:
     primary_key: bool = True
     storage: str = ""
     members: tuple[Member, ...] = ()  # a partitioned table's partitions (not recorded)
+    rules: Mapping[str, str] = field(default_factory=dict)  # `ColumnRules.applied`
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -57,6 +58,7 @@ class CatalogEntry:
             "columns": {str(n): c for n, c in self.columns.items()},
             "types": {str(n): t for n, t in self.types.items()},
             "storage": self.storage,
+            "column_rules": dict(self.rules),
         }
 
 
@@ -179,6 +181,9 @@ def drifts(
             why = f"was dropped and created again (oid {before['oid']}, now {entry.oid})"
             found.append(Drift(table, why, reset=True))
             continue
+        if (rules := _rules_changed(before, entry)) is not None:
+            found.append(Drift(table, rules, reset=True))
+            continue
         names = {int(n): str(c) for n, c in dict(before["columns"]).items()}
         renamed = [f"{names[n]} -> {c}" for n, c in entry.columns.items() if n in names and
                    names[n] != c]  # fmt: skip
@@ -189,6 +194,24 @@ def drifts(
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
     return found
+
+
+def _rules_changed(before: Mapping[str, Any], entry: CatalogEntry) -> str | None:
+    """The column filters or transforms that changed for the table (`column.exclude.list`,
+    `column.mask.with.8.chars`, ...): the mirror holds values under the old ones, a column the
+    new ones drop or mask in the clear in rows no change touches again, so it starts over.
+    Only columns in both entries count: a column added since gets its values from the stream,
+    under the rules as they are. An entry recorded before the rules were is not compared."""
+    then = before.get("column_rules")
+    if not isinstance(then, dict):
+        return None
+    now = entry.rules
+    both = set(dict(before["columns"]).values()) & set(entry.columns.values())
+    changed = [c for c in sorted(both) if then.get(c) != now.get(c)]
+    if not changed:
+        return None
+    said = "; ".join(f"{c}: {then.get(c, 'kept')} then, {now.get(c, 'kept')} now" for c in changed)
+    return f"had its column filters or transforms changed ({said})"
 
 
 def _added(before: Mapping[str, Any], names: Mapping[int, str], entry: CatalogEntry) -> list[str]:

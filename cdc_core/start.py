@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psycopg
@@ -375,7 +375,9 @@ def _drifted(
     if not (decision.stream or decision.snapshot):
         return _Drifted([], [])
     source = config.pipeline.source
-    now = catalog_entries(conn, list(source.tables))
+    rules = source.column_rules()
+    now = {t: replace(e, rules=rules.applied(t, e.columns.values()))
+           for t, e in catalog_entries(conn, list(source.tables)).items()}  # fmt: skip
     recorded = read_json(catalog_file(lake)) or {}
     found: list[Drift] = []
     jobs: list[SnapshotJob] = []

@@ -267,6 +267,40 @@ def test_excluded_columns_and_masked_values_never_land(
     assert json.loads(updates[0]["before"])["note"] == "a long"  # the old row, truncated too
 
 
+def test_a_column_filter_or_transform_changed_between_runs_rebuilds_the_mirror_under_it(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Rows no change touches again keep what was captured under the old rules: an exclusion
+    lifted left them NULL, a new one or a new mask left their values in the clear."""
+    dsn = pg.dsn(database)
+    sql(dsn, *(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, secret text)" for t in "abc"),
+        *(f"INSERT INTO {t} SELECT g, 'v', 's' || g FROM generate_series(1, 5) g"
+          for t in "abc"))  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.a", "public.b", "public.c"], snapshot="initial",
+                      source_extra="column.exclude.list: public\\.a\\.secret\n")  # fmt: skip
+    ingest(p)
+    p.edit("column.exclude.list: public\\.a\\.secret",
+           "column.exclude.list: public\\.b\\.secret\n"
+           "  column.transforms:\n    column.mask.with.8.chars: public\\.c\\.secret")  # fmt: skip
+    sql(dsn, *(f"UPDATE {t} SET v = 'x' WHERE id = 1" for t in "abc"))
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    for t in "abc":
+        assert f"table public.{t} had its column filters or transforms changed" in run.stderr
+    ingest(p)
+    got = {t: {r["id"]: r.asDict() for r in spark.read.format("delta")
+               .load(p.lake.silver(TableName("public", t))).collect()} for t in "abc"}  # fmt: skip
+    for t in "abc":
+        assert sorted(got[t]) == [1, 2, 3, 4, 5]
+        assert [got[t][i]["v"] for i in range(1, 6)] == ["x", "v", "v", "v", "v"]
+    assert [got["a"][i]["secret"] for i in range(1, 6)] == [f"s{i}" for i in range(1, 6)]
+    assert {got["b"][i].get("secret") for i in range(1, 6)} == {None}
+    assert {got["c"][i]["secret"] for i in range(1, 6)} == {"********"}
+    again = p.ingest()  # recorded: the next run leaves the mirrors alone
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "column filters or transforms changed" not in again.stderr
+
+
 def test_heartbeats_run_their_query_are_recorded_and_move_the_slot(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cdc_core.bronze import record_schema
+from cdc_core.columns import ColumnRules, Rule
 from cdc_core.drift import CatalogEntry, Drift, Member, drifts
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
@@ -33,6 +34,31 @@ def test_a_table_seen_for_the_first_time_or_unchanged_is_no_drift() -> None:
     assert drifts({}, {T: BEFORE}) == []
     assert drifts(_recorded(BEFORE), {T: BEFORE}) == []
     assert drifts(_recorded(BEFORE), {}) == []  # gone: the doctor names it
+
+
+def test_changed_column_rules_start_the_mirror_over_for_the_columns_both_entries_have() -> None:
+    rules = ColumnRules(exclude=(r"public\.t\.secret.*",), rules=(
+        Rule.parse("column.mask.with.8.chars", r"public\.t\.a"),))  # fmt: skip
+    before = dataclasses.replace(BEFORE, columns={1: "id", 2: "a", 3: "secret"})
+    before = dataclasses.replace(before, rules=rules.applied(T, before.columns.values()))
+    assert before.rules == {"a": "column.mask.with.8.chars", "secret": "excluded"}
+    assert drifts(_recorded(before), {T: before}) == []
+    # a column added since, that a pattern excludes, gets its values from the stream as is
+    grown = dataclasses.replace(before, columns={**before.columns, 4: "secret2"})
+    assert drifts(_recorded(before), {T: replace_rules(grown, rules)}) == []
+    lifted = replace_rules(before, ColumnRules(rules=rules.rules))
+    [drift] = drifts(_recorded(before), {T: lifted})
+    assert drift == Drift(T, "had its column filters or transforms changed (secret: excluded "
+                             "then, kept now)", reset=True)  # fmt: skip
+    unmasked = replace_rules(before, ColumnRules(exclude=rules.exclude))
+    [drift] = drifts(_recorded(before), {T: unmasked})
+    assert "(a: column.mask.with.8.chars then, kept now)" in drift.reason
+    older = {str(T): {k: v for k, v in before.to_json().items() if k != "column_rules"}}
+    assert drifts(older, {T: lifted}) == []  # recorded before the rules were: not compared
+
+
+def replace_rules(entry: CatalogEntry, rules: ColumnRules) -> CatalogEntry:
+    return dataclasses.replace(entry, rules=rules.applied(T, entry.columns.values()))
 
 
 def test_a_renamed_column_is_found_by_its_attnum() -> None:
