@@ -72,7 +72,7 @@ class PgForm(Enum):
     NUMERIC = "numeric"  # x::text; NaN and infinities are kept raw
     MONEY = "money"  # x::numeric::text
     FLOAT = "float"  # x::float8 in Java's hex form
-    MONEY_FLOAT = "money_float"  # x::numeric::float8
+    NUMERIC_FLOAT = "numeric_float"  # x::numeric as a float8, as Java's doubleValue rounds it
     DATE = "date"
     TIMESTAMP = "timestamp"  # µs; infinite, BC and years past 9999 kept raw
     TIMESTAMPTZ = "timestamptz"
@@ -113,13 +113,13 @@ def pg_form(t: ColumnType, modes: TypeModes) -> PgForm:
         return fixed
     if t.name == "numeric":
         if modes.decimal == "double":
-            return PgForm.FLOAT
+            return PgForm.NUMERIC_FLOAT
         if modes.decimal == "string" or numeric_typmod(t.modifier) is None:
             return PgForm.TEXT
         precision, _ = decimal_shape(*(numeric_typmod(t.modifier) or (0, 0)))
         return PgForm.NUMERIC if precision <= MAX_DECIMAL_PRECISION else PgForm.TEXT
     if t.name == "money":
-        return PgForm.MONEY_FLOAT if modes.decimal == "double" else PgForm.MONEY
+        return PgForm.NUMERIC_FLOAT if modes.decimal == "double" else PgForm.MONEY
     if t.name == "time":
         return _time_form(t.modifier, modes)
     if t.name == "interval":

@@ -82,6 +82,23 @@ def _hex_float(x: sql.Composable) -> sql.Composed:
     )
 
 
+_DOUBLE_OVERFLOW = sql.SQL(str(2**1024 - 2**970))  # halfway past the largest double: rounds up
+_DOUBLE_UNDERFLOW = sql.SQL(f"{5**1075}e-1075")  # 2^-1075, half the least double: rounds to 0
+
+
+def _numeric_float8(x: sql.Composable) -> sql.Composed:
+    """A numeric as the float8 nearest it, as silver's `BigDecimal.doubleValue` rounds it: past
+    a double's range ±Infinity, below its least value ±0 (`numeric::float8` refuses both)."""
+    return _q(
+        "(CASE WHEN {x} = 'NaN' THEN 'NaN'::float8 "
+        "WHEN abs({x}) >= {over} THEN CASE WHEN {x} > 0 THEN 'Infinity'::float8 "
+        "ELSE '-Infinity'::float8 END "
+        "WHEN abs({x}) <= {under} THEN CASE WHEN {x} < 0 THEN '-0'::float8 ELSE 0::float8 END "
+        "ELSE ({x})::float8 END)",
+        x=x, over=_DOUBLE_OVERFLOW, under=_DOUBLE_UNDERFLOW,
+    )  # fmt: skip
+
+
 def _micros(x: sql.Composable) -> sql.Composed:
     return _q("(extract(epoch FROM {x}) * 1000000)::bigint::text", x=x)
 
@@ -152,8 +169,8 @@ def _scalar(x: sql.Composable, c: SourceColumn) -> sql.Composable:
         return _v(_hex_float(x))
     if form is PgForm.MONEY:  # round() rounds half away from zero, as silver's HALF_UP
         return _v(_q("round(({x})::numeric, {d})::text", x=x, d=sql.Literal(c.money_digits)))
-    if form is PgForm.MONEY_FLOAT:
-        return _v(_hex_float(_q("({x})::numeric", x=x)))
+    if form is PgForm.NUMERIC_FLOAT:
+        return _v(_hex_float(_numeric_float8(_q("({x})::numeric", x=x))))
     if form in (PgForm.TIMESTAMP, PgForm.TIMESTAMPTZ, PgForm.TIME_US):
         return _v(_micros(x))
     if form is PgForm.INTERVAL_US:

@@ -55,6 +55,9 @@ class Case:
 
 
 NULL = ("NULL",)
+_HALF_PAST_MAX = 2**1024 - 2**970  # halfway between the largest double and 2^1024
+_HALF_LEAST = f"{5**1075}e-1075"  # 2^-1075, half the least double: rounds to 0
+_PAST_HALF_LEAST = f"{5**1075 * 10 + 1}e-1076"  # a little more: rounds up to the least double
 # fmt: off
 CASES = [
     Case("int2", ("-32768", "0", "32767", *NULL)),
@@ -68,6 +71,12 @@ CASES = [
     Case("numeric", ("1.5000", "'NaN'", "1e100", "-0.000001")),
     Case("numeric(10,2)", ("-1.5", "'NaN'"), TypeModes(decimal="double")),
     Case("numeric", ("'-Infinity'", "1e300", "0.1"), TypeModes(decimal="double")),
+    # past a double's range: ±Infinity; below its least value: ±0 (numeric::float8 refuses
+    # both); around the halfway points, the double either side
+    Case("numeric", ("1e400", "-1e400", "1e-400", "-1e-400", str(_HALF_PAST_MAX - 1),
+                     str(_HALF_PAST_MAX), f"-{_HALF_LEAST}", _PAST_HALF_LEAST),
+         TypeModes(decimal="double")),
+    Case("numeric[]", ("ARRAY[1e400, -1e-400, 1]::numeric[]",), TypeModes(decimal="double")),
     Case("numeric(10,2)", ("-1.5", "'NaN'"), TypeModes(decimal="string")),
     Case(
         "float4",

@@ -113,9 +113,9 @@ def test_row_hashes_are_the_first_60_bits_of_md5_as_both_engines_compute_them() 
         (numeric(38, -2), TypeModes(), PgForm.TEXT),  # decimal(40,0) does not exist
         (numeric(3, 5), TypeModes(), PgForm.NUMERIC),
         (ColumnType("numeric", "b", -1, False), TypeModes(), PgForm.TEXT),
-        (numeric(10, 2), TypeModes(decimal="double"), PgForm.FLOAT),
+        (numeric(10, 2), TypeModes(decimal="double"), PgForm.NUMERIC_FLOAT),
         (numeric(10, 2), TypeModes(decimal="string"), PgForm.TEXT),
-        (ColumnType("money", "b", -1, False), TypeModes(decimal="double"), PgForm.MONEY_FLOAT),
+        (ColumnType("money", "b", -1, False), TypeModes(decimal="double"), PgForm.NUMERIC_FLOAT),
         (ColumnType("time", "b", 3, False), TypeModes(), PgForm.TIME_MS),
         (ColumnType("time", "b", -1, False), TypeModes(), PgForm.TIME_US),
         (ColumnType("time", "b", 6, False), TypeModes(time_precision="connect"), PgForm.TIME_MS),
