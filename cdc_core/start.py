@@ -103,6 +103,7 @@ def start(config: Config, lake: Lake) -> RunStart:
     with connect(source.dsn, values=True) as conn:
         system, timeline = system_identifier(conn), current_timeline(conn)
         forked = lost_position.forked_history(source.dsn, lake, timeline)
+        _refuse_another_slots_lake(conn, config, lake, system)
         state = _start_state(conn, config, lake, jobs, system, forked=forked)
         asked = lost_position.requested(lake)
         if asked is not None:
@@ -149,6 +150,27 @@ def start(config: Config, lake: Lake) -> RunStart:
     reset = any(d.reset for d in drifted.found)
     aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
+
+
+def _refuse_another_slots_lake(conn: Conn, config: Config, lake: Lake, system: str | None) -> None:
+    """Stop a run whose lake's stored position was read through another slot that still exists:
+    most likely the lake of another pipeline of the same name (another checkout, another
+    environment) with the same root. Taken for a lost position, it would be snapshotted into
+    that lake, and each pipeline would then find the other's position stored there."""
+    stored = read_json(stream_file(lake))
+    if not isinstance(stored, dict) or other_cluster(stored, system) is not None:
+        return
+    old, slot = stored.get("slot"), config.pipeline.source.slot
+    if not isinstance(old, str) or old == slot or slot_state(conn, old) is None:
+        return
+    raise TerminalError(
+        f"pipeline {config.pipeline.name}: target.root {lake.root} holds a lake read through "
+        f"replication slot {old}, which is still on the source, and source.slot is {slot}. If "
+        "another pipeline of this name (another checkout or environment) writes to this root, "
+        "give each a target.root of its own. If source.slot was renamed on purpose, set it "
+        f"back, or drop slot {old} (SELECT pg_drop_replication_slot('{old}')) and run again: "
+        "the changes it holds are then lost to this lake, and snapshot.mode decides what follows"
+    )
 
 
 def _record_source(lake: Lake, slot: SlotState, system: str | None, timeline: int | None) -> None:
