@@ -72,6 +72,7 @@ class Plan:
     drop_publication: bool
     retired: Retirement | None  # an earlier cdc retire's record
     unread_more: bool = False  # the count stopped at the peek's limit: at least `unread`
+    sharers: tuple[str, ...] = ()  # other pgoutput slots on the database (`_sharers`)
 
     def lines(self) -> list[str]:
         lines = (
@@ -102,6 +103,12 @@ class Plan:
         name = self.publication
         if not self.publication_exists:
             return f"publication {name}: does not exist, nothing to drop"
+        if self.drop_publication and self.sharers:
+            return (f"keep publication {name}, --drop-publication notwithstanding: logical "
+                    f"slots {', '.join(self.sharers)} on this database decode with pgoutput, "
+                    "and one may read through it (a pipeline whose publication is gone needs a "
+                    f"new slot and a new snapshot); drop it once none does: DROP PUBLICATION "
+                    f"{name}")  # fmt: skip
         if self.drop_publication:
             return f"drop publication {name} (--drop-publication)"
         return (f"keep publication {name} (it holds no WAL; --drop-publication drops it when "
@@ -123,11 +130,12 @@ def plan(config: Config, lake: Lake, *, drop_publication: bool) -> Plan:
             (None, None, False) if slot is None else _unread(conn, slot, source, staged_end)
         )
         exists = publication_info(conn, source.publication) is not None
+        sharers = _sharers(conn, source.slot)
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
     pending = pending_files(lake, bronze.staged_end, staged)
     return Plan(config.pipeline.name, source.slot, slot, unread, unread_error, pending,
                 source.publication, exists, drop_publication, retirement(lake),
-                unread_more=more)  # fmt: skip
+                unread_more=more, sharers=sharers)  # fmt: skip
 
 
 def _unread(
@@ -185,13 +193,24 @@ def carry_out(config: Config, lake: Lake, planned: Plan) -> list[str]:
         if slot_state(conn, source.slot) is not None:
             _drop_slot(conn, source.slot)
             done.append(f"dropped slot {source.slot}")
-        if planned.drop_publication and publication_info(conn, source.publication) is not None:
+        drop = planned.drop_publication and not _sharers(conn, source.slot)  # made since?
+        if drop and publication_info(conn, source.publication) is not None:
             _drop_publication(conn, source.publication)
             done.append(f"dropped publication {source.publication}")
     write_json(retired_file(lake), {**record, "done": True})
     done.append(f"pipeline {config.pipeline.name} retired ({retired_file(lake)}); its lake at "
                 f"{lake.root} is kept")  # fmt: skip
     return done
+
+
+def _sharers(conn: Conn, slot: str) -> tuple[str, ...]:
+    """The other logical slots on the database that decode with pgoutput: which publication a
+    slot's reader names is not on the server, so any of them may read through this one."""
+    rows = conn.execute(
+        "SELECT slot_name::text FROM pg_replication_slots WHERE database = current_database() "
+        "AND plugin = 'pgoutput' AND slot_name <> %s ORDER BY slot_name", (slot,),
+    ).fetchall()  # fmt: skip
+    return tuple(str(r[0]) for r in rows)
 
 
 def _drop_slot(conn: Conn, name: str) -> None:

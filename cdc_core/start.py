@@ -97,8 +97,7 @@ def requests_dir(lake: Lake) -> Location:
 def start(config: Config, lake: Lake) -> RunStart:
     """Decide, set the source up, plan jobs; raises TerminalError when the run cannot go on."""
     source = config.pipeline.source
-    jobs = load_jobs(lake)
-    _end_left_out(config, lake, jobs)
+    jobs = _end_left_out(config, lake, load_jobs(lake))
     stopped = {j.id for j in jobs if j.stopped}
     earlier = {j.id for j in jobs}
     with connect(source.dsn, values=True) as conn:
@@ -154,7 +153,7 @@ def start(config: Config, lake: Lake) -> RunStart:
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
 
 
-def _end_left_out(config: Config, lake: Lake, jobs: list[SnapshotJob]) -> None:
+def _end_left_out(config: Config, lake: Lake, jobs: list[SnapshotJob]) -> list[SnapshotJob]:
     """End the unfinished reads of tables no longer captured (left out of `source.tables`, or
     of what the include lists let through): their stream changes are filtered out now, so rows
     read later would sit in bronze beside changes that never come. A table added back is a new
@@ -169,6 +168,7 @@ def _end_left_out(config: Config, lake: Lake, jobs: list[SnapshotJob]) -> None:
                         job.id, part.table, source.tables_key)  # fmt: skip
         if left:
             job.save(lake)
+    return jobs
 
 
 def _refuse_another_slots_lake(conn: Conn, config: Config, lake: Lake, system: str | None) -> None:

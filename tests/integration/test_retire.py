@@ -5,6 +5,7 @@ changes the slot holds that are not in the lake, staged files not yet in bronze.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -140,3 +141,38 @@ def test_retire_says_what_is_lost_then_drops_the_slot_and_refuses_later_runs(
     assert back.returncode == 1, back.stderr
     assert "retired" not in back.stderr
     assert "snapshot.mode" in back.stderr  # the lost position's way out
+
+
+def test_retire_keeps_a_publication_another_pgoutput_slot_may_read_through(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """Which publication a slot's reader names is not on the server: dropping one that another
+    pipeline reads through left it needing a new slot and a new snapshot."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"])
+    assert p.ingest("--capture-only").returncode == 0
+    publication = f"pub_{p.slot}"
+    pgoutput, decoding = (f"other_{kind}_{os.getpid()}" for kind in ("pgoutput", "decoding"))
+    for name, plugin in ((pgoutput, "pgoutput"), (decoding, "test_decoding")):
+        sql(dsn, f"SELECT pg_create_logical_replication_slot('{name}', '{plugin}')")
+    try:
+        shown = p.cdc("retire", "--pipeline", "p", "--drop-publication")
+        assert shown.returncode == 2, shown.stderr
+        assert (
+            f"keep publication {publication}, --drop-publication notwithstanding: logical "
+            f"slots {pgoutput} on this database decode with pgoutput"
+        ) in shown.stdout
+        done = p.cdc("retire", "--pipeline", "p", "--drop-publication", "--yes")
+        assert done.returncode == 0, done.stderr
+        assert slot_row(dsn, p.slot) is None
+        assert publication_exists(dsn, publication)
+        assert "dropped publication" not in done.stdout
+        sql(dsn, f"SELECT pg_drop_replication_slot('{pgoutput}')")  # none reads it now
+        again = p.cdc("retire", "--pipeline", "p", "--drop-publication", "--yes")
+        assert again.returncode == 0, again.stderr
+        assert f"dropped publication {publication}" in again.stdout
+        assert not publication_exists(dsn, publication)
+    finally:
+        sql(dsn, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                 f"WHERE slot_name IN ('{pgoutput}', '{decoding}')")  # fmt: skip

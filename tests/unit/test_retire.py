@@ -40,6 +40,13 @@ def test_what_would_be_lost_is_said_before_anything_is_dropped() -> None:
         "with Spark first)",
         "drop publication orders_pub (--drop-publication)",
     ]
+    shared = replace(behind, sharers=("billing_cdc", "crm_cdc"))  # may read through it
+    assert shared.lines()[3] == (
+        "keep publication orders_pub, --drop-publication notwithstanding: logical slots "
+        "billing_cdc, crm_cdc on this database decode with pgoutput, and one may read through it "
+        "(a pipeline whose publication is gone needs a new slot and a new snapshot); drop it "
+        "once none does: DROP PUBLICATION orders_pub"
+    )
     many = replace(PLAN, unread=999_000, unread_more=True)  # the peek stopped at its limit
     assert many.lines()[1].startswith("  at least 999000 changes in the WAL not yet read")
     unknown = replace(
