@@ -12,14 +12,16 @@ to say so:
   (numeric(10,2) -> numeric(12,4), real -> double precision): its mirror is a multiset that
   knows each row by the text of its values, so a later change's old row would match nothing;
 - in a partitioned table, a partition detached or dropped (its rows stay in the mirror), or a
-  table holding rows attached as a partition (its rows never stream).
+  table holding rows attached as a partition (its rows never stream);
+- not a schema change but the pipeline's: a column's filter or transform changed (excluded,
+  kept, masked or hashed otherwise), which rows no change touches again never show.
 
 Each run compares every table's catalog entry (its oid, its columns and types by attnum) with
 the entry the previous run recorded. A table that changed like that gets an incremental
-snapshot, and a recreated table first gets a reset marker: a transactional logical message
-written now, so it sits in the WAL before the snapshot's windows, which silver applies as a
-TRUNCATE of the mirror. A column added plainly (NULL in every existing row) needs nothing: the
-stream says it.
+snapshot, and a recreated table, or one whose column rules changed, first gets a reset
+marker: a transactional logical message written now, so it sits in the WAL before the
+snapshot's windows, which silver applies as a TRUNCATE of the mirror. A column added plainly
+(NULL in every existing row) needs nothing: the stream says it.
 """
 
 from __future__ import annotations
