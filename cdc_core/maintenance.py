@@ -200,6 +200,8 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
     targets: list[tuple[str, str, str | None]] = [("bronze", lake.bronze, BRONZE_WATERMARK)]
     targets += [(f"silver {t.qualified}", lake.silver(t), SILVER_WATERMARK)
                 for t in pipeline.source.tables]  # fmt: skip
+    targets += [(f"silver {t.qualified} (not captured now)", lake.silver(t), SILVER_WATERMARK)
+                for t in uncaptured_mirrors(lake, pipeline.source.tables)]  # fmt: skip
     if pipeline.source.provide_transaction_metadata or DeltaTable.isDeltaTable(
         spark, lake.transactions
     ):
@@ -234,6 +236,20 @@ def control_tables(
                        NOTIFICATIONS_WATERMARK))  # fmt: skip
     tables.append(("dead_letters", lake.dead_letters, None))
     return [t for t in tables if DeltaTable.isDeltaTable(spark, t[1])]
+
+
+def uncaptured_mirrors(lake: Lake, captured: tuple[TableName, ...]) -> list[TableName]:
+    """Mirrors in the lake of tables the pipeline captures no longer (left out of its tables,
+    say): nothing writes them now, but users still query them, and their files from before
+    stay until a VACUUM removes them."""
+    silver, known = lake.home / "silver", set(captured)
+    found = []
+    for schema in sorted(silver.iterdir(), key=str) if silver.is_dir() else ():
+        for table in sorted(schema.iterdir(), key=str) if schema.is_dir() else ():
+            name = TableName(schema.name, table.name)
+            if name not in known and (table / "_delta_log").is_dir():
+                found.append(name)
+    return found
 
 
 def check(summary: MaintenanceSummary) -> None:

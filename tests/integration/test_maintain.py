@@ -210,3 +210,37 @@ def test_vacuum_keeps_files_for_the_configured_retention_not_delta_s_default(
     assert not ten_days.exists()
     assert half_an_hour.exists()
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 10
+
+
+def test_a_mirror_of_a_table_left_out_of_the_pipeline_is_still_compacted_and_vacuumed(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "CREATE TABLE notes (id int PRIMARY KEY, v text)")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.items", "public.notes"],
+        extra="maintenance:\n  vacuum_retention_hours: 0\n  vacuum_retention_check: false\n",
+    )  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0  # the slot, before any change
+    for run in range(3):  # a small file per run
+        sql(dsn, f"INSERT INTO notes VALUES ({run}, 'n{run}')")
+        ingest(p)
+    notes = p.lake.silver(NOTES)
+    rows = sorted(spark.read.format("delta").load(notes).select("id", "v").collect())
+    files, on_disk = live_files(spark, notes), parquet_files(notes)
+    assert files > 1
+    p.edit("'public.items', 'public.notes'", "'public.items'")
+
+    run = p.maintain()
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = next((x for x in run.stdout.splitlines()
+                 if x.startswith("silver public.notes (not captured now): ")), None)  # fmt: skip
+    assert line is not None, run.stdout
+    assert f"{files} files compacted into 1" in line, line
+    assert "vacuum removed" in line, line
+    assert "vacuum removed 0 " not in line, line
+    assert live_files(spark, notes) == 1
+    assert parquet_files(notes) < on_disk
+    assert sorted(spark.read.format("delta").load(notes).select("id", "v").collect()) == rows
