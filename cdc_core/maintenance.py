@@ -242,14 +242,19 @@ def uncaptured_mirrors(lake: Lake, captured: tuple[TableName, ...]) -> list[Tabl
     """Mirrors in the lake of tables the pipeline captures no longer (left out of its tables,
     say): nothing writes them now, but users still query them, and their files from before
     stay until a VACUUM removes them."""
-    silver, known = lake.home / "silver", set(captured)
-    found = []
-    for schema in sorted(silver.iterdir(), key=str) if silver.is_dir() else ():
-        for table in sorted(schema.iterdir(), key=str) if schema.is_dir() else ():
-            name = TableName(schema.name, table.name)
-            if name not in known and (table / "_delta_log").is_dir():
-                found.append(name)
-    return found
+    known = set(captured)
+    return [
+        name
+        for schema in _folders(lake.home / "silver")
+        for table in _folders(schema)
+        if (name := TableName(schema.name, table.name)) not in known
+        and (table / "_delta_log").is_dir()
+    ]
+
+
+def _folders(path: Location) -> list[Location]:
+    """The folders right under `path`, by name (none when it is not one)."""
+    return sorted((p for p in path.iterdir() if p.is_dir()), key=str) if path.is_dir() else []
 
 
 def check(summary: MaintenanceSummary) -> None:
