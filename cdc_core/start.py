@@ -147,7 +147,6 @@ def start(config: Config, lake: Lake) -> RunStart:
         jobs += drifted.jobs
         if slot is not None:
             _record_source(lake, slot, system, timeline)
-    _end_left_out(config, lake, jobs)  # and those asked for by requests made before
     reset = any(d.reset for d in drifted.found)
     aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
@@ -646,6 +645,11 @@ def _from_requests(conn: Conn, config: Config, lake: Lake) -> list[SnapshotJob]:
     for path in sorted(paths, key=lambda p: p.name):  # time_ns names: oldest first
         request = read_json(path)
         table = TableName.parse(str(request["table"]))
+        if table not in config.pipeline.source.tables:  # left out since `cdc snapshot` queued it
+            log.warning("cdc snapshot of %s dropped: the table is no longer captured (%s)",
+                        table, config.pipeline.source.tables_key)  # fmt: skip
+            path.unlink()
+            continue
         kind = "blocking" if request.get("blocking") else "incremental"
         where = str(request["where"]) if request.get("where") else None
         if where is not None and kind == "blocking":  # a blocking snapshot's filter is a query

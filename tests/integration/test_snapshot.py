@@ -546,10 +546,13 @@ def test_a_table_left_out_of_the_pipeline_ends_its_read_and_one_taken_back_is_na
     ingest(p)
     assert p.cdc("snapshot", "--pipeline", "p", "--table", "public.b").returncode == 0
     ingest(p, "--capture-only")  # planned, nothing read
+    assert p.cdc("snapshot", "--pipeline", "p", "--table", "public.b").returncode == 0  # queued
     p.edit(both, "tables: ['public.a']")
     sql(dsn, "DELETE FROM b WHERE id <= 3")
     left = ingest(p)
     assert "public.b is no longer captured (source.tables): its read ends" in left.stderr
+    assert ("cdc snapshot of public.b dropped: the table is no longer captured "
+            "(source.tables)") in left.stderr  # fmt: skip
     bronze = spark.read.format("delta").load(p.lake.bronze)
     assert not bronze.where((F.col("source_table") == "public.b") & (F.col("op") == "r")).count()
     [job] = [j for j in load_jobs(p.lake) if j.kind == "incremental"]
