@@ -36,6 +36,7 @@ from cdc_core.lake import Lake
 from cdc_core.lost_position import forked_history
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.metrics import last_batch
+from cdc_core.pg.catalog import SLOT_READER, SlotInfo
 from cdc_core.pg.connect import connect
 from cdc_core.pg.discover import discover
 from cdc_core.pg.history import current_timeline
@@ -59,11 +60,11 @@ log = logging.getLogger("cdc_core.status")
 BRONZE_WATERMARK = "bronze_staged_end"  # cdc_core.bronze.WATERMARK (bronze imports pyspark)
 SILVER_WATERMARK = "silver_applied"  # cdc_core.silver.WATERMARK
 _LABEL = 12  # width of the human form's label column
-_SLOT_QUERY = """
+_SLOT_QUERY = f"""
 SELECT active, active_pid, wal_status, confirmed_flush_lsn::text, restart_lsn::text,
        pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn()
                             ELSE pg_current_wal_lsn() END, restart_lsn)::bigint,
-       safe_wal_size
+       safe_wal_size, slot_type, plugin, database, current_database(), ({SLOT_READER})
 FROM pg_replication_slots WHERE slot_name = %s
 """
 
@@ -83,6 +84,9 @@ class SlotStatus:
     restart_lsn: str | None = None
     retained_wal_bytes: int | None = None  # WAL the server keeps for the slot
     safe_wal_size_bytes: int | None = None  # WAL left before max_slot_wal_keep_size loses it
+    unusable: str | None = None  # why runs cannot read it (another plugin, another database's)
+    reader: str | None = None  # the application_name of the process reading it now
+    foreign_reader: bool = False  # that process is no run of this product (`SlotInfo`)
 
 
 @dataclass(frozen=True)
@@ -289,10 +293,14 @@ def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
         return SourceStatus(False, f"cannot read {dsn.redacted}: {reason}"), SlotStatus(name)
     if row is None:
         return SourceStatus(True, None, system, timeline), SlotStatus(name, exists=False)
-    active, pid, wal_status, confirmed, restart, retained, safe = row
+    (active, pid, wal_status, confirmed, restart, retained, safe,
+     kind, plugin, db, here, reader) = row  # fmt: skip
+    info = SlotInfo(name, str(kind), _str(plugin), _str(db), _int(pid), _str(wal_status),
+                    reader=_str(reader))  # fmt: skip
     return SourceStatus(True, None, system, timeline), SlotStatus(
         name, True, bool(active), _int(pid), _str(wal_status), _str(confirmed), _str(restart),
-        _int(retained), _int(safe),
+        _int(retained), _int(safe), ", ".join(info.unusable(str(here))) or None, info.reader,
+        info.foreign_reader,
     )  # fmt: skip
 
 
@@ -445,11 +453,23 @@ def _problems(status: PipelineStatus, stored: object) -> list[str]:
             "to the stream; with snapshot.mode when_needed (or always) the next run takes a "
             "new snapshot"
         )  # fmt: skip
+    elif slot.unusable:
+        problems.append(
+            f"slot {slot.name} {slot.unusable}: every run stops on it; drop it (SELECT "
+            f"pg_drop_replication_slot('{slot.name}')) or give source.slot another name"
+        )
     elif slot.wal_status == "lost":
         problems.append(
             f"slot {slot.name} lost WAL it needed (wal_status lost): changes are missing; with "
             "snapshot.mode when_needed the next run starts a new slot and a new snapshot"
         )
+    if slot.foreign_reader:
+        reader = repr(slot.reader) if slot.reader else "unknown"
+        problems.append(
+            f"slot {slot.name} is read now by another process (pid {slot.active_pid}, "
+            f"application_name {reader}), not by a run of this pipeline: runs wait for it to let "
+            "go, then exit 75; stop that reader (a Debezium connector still attached?)"
+        )  # fmt: skip
     if status.stale and status.progress_s is not None:
         problems.append(f"the run under way ({status.running}) has made no progress for "
                         f"{_duration(status.progress_s)}, and no batch ended for "

@@ -12,6 +12,7 @@ from psycopg.rows import TupleRow, tuple_row
 
 from cdc_core.events import ColumnDescriptor, RelationDescriptor
 from cdc_core.identifiers import TableName
+from cdc_core.pg.connect import APPLICATION_NAME
 from cdc_core.pg.pgoutput import Relation, ReplicaIdentity
 
 RelKind = Literal["ordinary", "partitioned"]
@@ -189,6 +190,25 @@ class SlotInfo:
     active_pid: int | None
     wal_status: str | None
     failover: bool | None = None  # synchronized to standbys (PostgreSQL 17+; None before)
+    reader: str | None = None  # the application_name of the process reading it now
+
+    def unusable(self, database: str) -> list[str]:
+        """Why a pipeline on `database` cannot read this slot; none when it can."""
+        problems = []
+        if self.slot_type != "logical":
+            problems.append(f"is a {self.slot_type} slot")
+        elif self.plugin != "pgoutput":
+            problems.append(f"uses plugin {self.plugin}, not pgoutput")
+        if self.database not in (None, database):
+            problems.append(f"belongs to database {sql.Identifier(self.database).as_string()}")
+        return problems
+
+    @property
+    def foreign_reader(self) -> bool:
+        """Read now by a process that is no run of this product (whose sessions reading a slot
+        are all named `connect.APPLICATION_NAME`): a Debezium connector not stopped yet, a
+        `pg_recvlogical`. A run waits for the slot to be let go, then exits 75."""
+        return self.active_pid is not None and self.reader != APPLICATION_NAME
 
 
 @dataclass(frozen=True)
@@ -430,14 +450,21 @@ def slot_info(conn: Connection, name: str) -> SlotInfo | None:
     failover = "failover" if conn.info.server_version >= FAILOVER_SLOTS else "NULL::bool"
     rows = _rows(
         conn,
-        f"SELECT slot_type, plugin, database, active_pid, wal_status, {failover} "
-        "FROM pg_replication_slots WHERE slot_name = %s",
+        f"SELECT slot_type, plugin, database, active_pid, wal_status, {failover}, "
+        f"({SLOT_READER}) FROM pg_replication_slots WHERE slot_name = %s",
         (name,),
     )
     if not rows:
         return None
-    ((slot_type, plugin, database, active_pid, wal_status, fails_over),) = rows
-    return SlotInfo(name, str(slot_type), plugin, database, active_pid, wal_status, fails_over)
+    ((slot_type, plugin, database, active_pid, wal_status, fails_over, reader),) = rows
+    return SlotInfo(
+        name, str(slot_type), plugin, database, active_pid, wal_status, fails_over, reader
+    )
+
+
+# The application_name of the process reading a slot now (pg_replication_slots' active_pid);
+# shown to every role, whoever runs that process
+SLOT_READER = "SELECT application_name FROM pg_stat_activity WHERE pid = active_pid"
 
 
 def replication_usage(conn: Connection) -> ReplicationUsage:

@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,3 +270,39 @@ def resnapshot_when_needed(p: Pipeline) -> str:
         in run.stderr
     )
     return run.stdout
+
+
+@contextlib.contextmanager
+def slot_reader(dsn: str, slot: str, publication: str, name: str) -> Iterator[int]:
+    """`pg_recvlogical` streaming from `slot` (pgoutput, through `publication`) as application
+    `name` (a Debezium connector still attached, say); yields the slot's active_pid once it
+    reads, and waits at the end until the slot is free again."""
+    other = subprocess.Popen(
+        ["pg_recvlogical", "-d", dsn, "-S", slot, "--start", "-f", "/dev/null",
+         "-o", "proto_version=1", "-o", f"publication_names={publication}"],
+        env=os.environ | {"PGAPPNAME": name}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            with psycopg.connect(dsn) as conn:
+                row = conn.execute(
+                    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+                ).fetchone()
+            if row is not None and row[0] is not None:
+                break
+            assert other.poll() is None, other.communicate()[1]
+            time.sleep(0.1)
+        assert row is not None
+        assert row[0] is not None
+        yield int(row[0])
+    finally:
+        other.terminate()
+        other.communicate(timeout=30)
+        for _ in range(100):  # the walsender lets the slot go as it exits
+            with psycopg.connect(dsn) as conn:
+                if conn.execute(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+                ).fetchone() == (False,):
+                    break
+            time.sleep(0.1)

@@ -16,7 +16,7 @@ from cdc_core.config import ByteSize, Config, load_pipeline
 from cdc_core.errors import SetupError, TerminalError
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
-from cdc_core.pg.connect import connect
+from cdc_core.pg.connect import APPLICATION_NAME, connect
 from cdc_core.pg.doctor import Check, DoctorReport, format_report, run_doctor
 from cdc_core.pg.local import LocalPostgres, free_port, throwaway_cluster
 from cdc_core.pg.pgoutput import ReplicaIdentity
@@ -24,6 +24,7 @@ from cdc_core.pg.slot import ensure_publication
 from tests.conftest import unavailable
 from tests.integration import privileges
 from tests.integration.conftest import PgServer
+from tests.integration.harness import slot_reader
 
 SHOP = """
 CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL);
@@ -577,6 +578,31 @@ def test_an_existing_pgoutput_slot_passes(pg: PgServer, shop: str, tmp_path: Pat
 
     assert check(report, "slot").detail == '"orders_cdc" exists: logical, pgoutput, inactive'
     assert check(report, "max_replication_slots").status == "pass"
+
+
+def test_a_slot_another_process_reads_fails_and_one_a_run_of_ours_reads_passes(
+    pg: PgServer, shop: str, tmp_path: Path
+) -> None:
+    """After an import from Debezium with the connector still attached: every run waits for
+    the slot, then exits 75, and the doctor passed it."""
+    run(pg, shop, "CREATE PUBLICATION held FOR TABLE customers")
+    run(pg, shop, "SELECT pg_create_logical_replication_slot('orders_cdc', 'pgoutput')")
+    config = make_config(tmp_path, pg.dsn(shop))
+    with slot_reader(pg.dsn(shop), "orders_cdc", "held", APPLICATION_NAME) as pid:
+        ours = check(run_doctor(config), "slot")
+    with slot_reader(pg.dsn(shop), "orders_cdc", "held", "debezium") as pid:
+        theirs = check(run_doctor(config), "slot")
+
+    assert ours.status == "pass"
+    assert ours.detail.startswith('"orders_cdc" exists: logical, pgoutput, active (pid ')
+    assert theirs.status == "fail"
+    assert theirs.detail == (
+        f'"orders_cdc" is read now by another process (pid {pid}, application_name '
+        "'debezium'), not by a run of this pipeline: a run waits for it to let go of the slot, "
+        "then exits 75"
+    )
+    assert theirs.fix is not None
+    assert theirs.fix.endswith(f"end its session: SELECT pg_terminate_backend({pid});")
 
 
 def test_idle_slots_that_keep_wal_are_a_warning_with_the_way_out(

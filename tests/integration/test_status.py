@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 from cdc_core.identifiers import TableName
 from cdc_core.stager import staged_files
 from tests.integration.conftest import PgServer
-from tests.integration.harness import ROOT, Pipeline, ingest_ok, make_pipeline, sql
+from tests.integration.harness import ROOT, Pipeline, ingest_ok, make_pipeline, slot_reader, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 
@@ -118,7 +118,7 @@ def test_status_of_a_pipeline_whose_slot_was_dropped_exits_1_and_says_so(
     assert data["slot"] == {
         "name": p.slot, "exists": False, "active": None, "active_pid": None, "wal_status": None,
         "confirmed_flush_lsn": None, "restart_lsn": None, "retained_wal_bytes": None,
-        "safe_wal_size_bytes": None,
+        "safe_wal_size_bytes": None, "unusable": None, "reader": None, "foreign_reader": False,
     }  # fmt: skip
     human = cdc_status(p)
     assert human.returncode == 1
@@ -160,3 +160,40 @@ def test_past_retained_wal_fail_each_batch_says_so_and_ingest_keeps_consuming(
     status = cdc_status(p)
     assert status.returncode == 1, status.stdout + status.stderr
     assert "retained_wal_fail" in status.stdout + status.stderr
+
+
+def test_status_fails_a_slot_no_run_can_read_and_one_another_process_holds(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """A slot of another plugin or another database's, or one a Debezium connector (here a
+    pg_recvlogical) still reads: every run stops or waits on it, and status said healthy."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"])
+    sql(dsn, f"SELECT pg_create_logical_replication_slot('{p.slot}', 'test_decoding')")
+    data = status_json(p, expected_exit=1)
+    assert data["slot"]["unusable"] == "uses plugin test_decoding, not pgoutput"
+    assert (
+        f"slot {p.slot} uses plugin test_decoding, not pgoutput: every run stops"
+        in (data["problems"][0])
+    )
+    sql(dsn, f"SELECT pg_drop_replication_slot('{p.slot}')")
+    sql(pg.dsn("postgres"), f"SELECT pg_create_logical_replication_slot('{p.slot}', 'pgoutput')")
+    try:
+        data = status_json(p, expected_exit=1)
+    finally:
+        sql(pg.dsn("postgres"), f"SELECT pg_drop_replication_slot('{p.slot}')")
+    assert data["slot"]["unusable"] == 'belongs to database "postgres"'
+
+    assert p.ingest("--capture-only").returncode == 0
+    assert status_json(p)["problems"] == []
+    with slot_reader(dsn, p.slot, f"pub_{p.slot}", "cdc-lake"):  # as a run of this product reads it
+        assert status_json(p)["problems"] == []
+    with slot_reader(dsn, p.slot, f"pub_{p.slot}", "pg_recvlogical") as pid:
+        data = status_json(p, expected_exit=1)
+    assert data["slot"]["reader"] == "pg_recvlogical"
+    assert data["problems"] == [
+        f"slot {p.slot} is read now by another process (pid {pid}, application_name "
+        "'pg_recvlogical'), not by a run of this pipeline: runs wait for it to let go, then "
+        "exit 75; stop that reader (a Debezium connector still attached?)"
+    ]

@@ -14,14 +14,7 @@ def slot(ctx: Context) -> Check:
     slot, name = ctx.slot, quoted(ctx.source.slot)
     if slot is None:
         return Check("slot", "pass", f"{name} does not exist yet; it will be created (pgoutput)")
-    problems = []
-    if slot.slot_type != "logical":
-        problems.append(f"is a {slot.slot_type} slot")
-    elif slot.plugin != "pgoutput":
-        problems.append(f"uses plugin {slot.plugin}, not pgoutput")
-    if slot.database not in (None, ctx.database.name):
-        problems.append(f"belongs to database {quoted(slot.database)}")
-    if problems:
+    if problems := slot.unusable(ctx.database.name):
         drop = ctx.render("SELECT pg_drop_replication_slot({});", sql.Literal(slot.name))
         fix = f"{drop}\nor choose another name: {ctx.pipeline_file}: source.slot"
         return Check("slot", "fail", f"{name} " + ", ".join(problems), fix)
@@ -33,6 +26,17 @@ def slot(ctx: Context) -> Check:
             "gone from the server",
             f"{mode} when_needed (or always) takes a new slot and a new snapshot by itself; "
             "with initial or no_data the run stops",
+        )  # fmt: skip
+    if slot.foreign_reader:
+        reader = repr(slot.reader) if slot.reader else "unknown"
+        stop = ctx.render("SELECT pg_terminate_backend({});", sql.Literal(slot.active_pid))
+        return Check(
+            "slot", "fail",
+            f"{name} is read now by another process (pid {slot.active_pid}, application_name "
+            f"{reader}), not by a run of this pipeline: a run waits for it to let go of the "
+            "slot, then exits 75",
+            "stop that reader (a Debezium connector still attached to the slot: stop or delete "
+            f"the connector); or end its session: {stop}",
         )  # fmt: skip
     state = f"active (pid {slot.active_pid})" if slot.active_pid is not None else "inactive"
     return Check("slot", "pass", f"{name} exists: logical, pgoutput, {state}")
