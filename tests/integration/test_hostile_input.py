@@ -380,7 +380,7 @@ def test_names_that_are_no_directory_or_collide_in_bronze_are_refused(
 
 
 def test_column_names_silver_cannot_tell_apart_are_refused_before_anything_lands(
-    pg: PgServer, database: str, tmp_path: Path
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:
     """PostgreSQL tells "Note" from note; Spark and Delta match column names without case, and
     silver adds columns of its own (`_cdc_op`, ...): such a table could never get a mirror."""
@@ -402,8 +402,11 @@ def test_column_names_silver_cannot_tell_apart_are_refused_before_anything_lands
     assert not (p.lake.place(p.lake.bronze) / "_delta_log").exists()  # nothing landed
     doctor = p.cdc("doctor", "--pipeline", "p")
     assert doctor.returncode == 2, doctor.stdout  # the doctor: 2 when a check fails
-    assert "source.column.exclude.list: public.cased.note" in doctor.stdout
+    assert "source.column.exclude.list: public\\.cased\\.note" in doctor.stdout
+    assert "each pair's columns both go" in doctor.stdout  # the lists ignore case
     p.edit("tables: ['public.cased', 'public.meta', 'public.ticked']", "tables: ['public.cased']\n"
-           "  column.exclude.list: public.cased.note")  # fmt: skip
+           "  column.exclude.list: public\\.cased\\.note")  # fmt: skip
     ran = p.ingest()  # the fix the doctor gives
     assert ran.returncode == 0, ran.stderr[-3000:]
+    mirror = spark.read.format("delta").load(p.lake.silver(TableName("public", "cased")))
+    assert [c for c in mirror.columns if not c.startswith("_cdc_")] == ["id"]  # as it said

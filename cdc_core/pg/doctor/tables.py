@@ -4,6 +4,7 @@ readable, or the name it was likely renamed to) and the signal table."""
 from __future__ import annotations
 
 import difflib
+import re
 
 import psycopg
 from psycopg import sql
@@ -50,10 +51,13 @@ def tables(ctx: Context) -> list[Check]:
         fixes = _read_grants(ctx, t, info)
         clashes = column_clashes(t, info, rules)
         if clashes:
+            pairs = [c for p, c in clashes.items() if p.startswith("columns ")]
+            both = (" (the lists match names ignoring case: each pair's columns both go)"
+                    if pairs else "")  # fmt: skip
             fix = (
                 f"rename one of each pair (ALTER TABLE ... RENAME COLUMN), or leave it out of the "
-                f"mirror: {ctx.pipeline_file}: source.column.exclude.list: "
-                f"{', '.join(f'{t.schema}.{t.name}.{c}' for c in clashes.values())}"
+                f"mirror{both}: {ctx.pipeline_file}: source.column.exclude.list: "
+                f"{','.join(re.escape(f'{t.schema}.{t.name}.{c}') for c in clashes.values())}"
             )
             detail = "; ".join(clashes)
             checks.append(Check(f"table {t}", "fail", detail, "\n".join([*fixes, fix])))
