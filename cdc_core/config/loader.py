@@ -26,6 +26,7 @@ from cdc_core.errors import ConfigError
 
 log = logging.getLogger("cdc_core.config")
 
+Placer = Callable[[str, int, int, str], str]  # (text, start, end, value) -> what goes there
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}|\$\{")
 ENV_VALUE = "\x1a"  # stands for a value the environment supplied (see `Builder.interpolate`)
 
@@ -193,10 +194,14 @@ class Builder:
     def error(self, path: str, message: str) -> ConfigError:
         return ConfigError(self.file, path or None, message)
 
-    def interpolate(self, text: str, path: str, *, written: bool = False) -> str:
+    def interpolate(
+        self, text: str, path: str, *, written: bool = False, place: Placer | None = None
+    ) -> str:
         """Replace `${VAR}` and `${VAR:-default}` from the environment; `$$` is a literal `$`.
         `written`: put `ENV_VALUE` where the environment supplies a value, which leaves what the
-        file itself writes (defaults included)."""
+        file itself writes (defaults included). `place`: how the value's type holds a value
+        from the environment at a place in its text (`Dsn.substituted`)."""
+        masked = _VAR.sub(lambda m: "x" * len(m.group(0)), text)
 
         def replace(m: re.Match[str]) -> str:
             whole, var, has_default, default = m.group(0), m.group(1), m.group(2), m.group(3)
@@ -209,7 +214,9 @@ class Builder:
                                  f"{text!r}: defaults are plain text, not nested")  # fmt: skip
             value = self.env.get(var)
             if value is not None and (value != "" or not has_default):
-                return ENV_VALUE if written else value
+                if written:
+                    return ENV_VALUE
+                return place(masked, m.start(), m.end(), value) if place else value
             if has_default:
                 return str(default)
             raise self.error(
@@ -264,7 +271,7 @@ class Builder:
             problem = check(self.interpolate(raw, path, written=True)) if check else None
             if problem:  # e.g. a password in clear: it must come from the environment
                 raise self.error(path, problem)
-            raw = self.interpolate(raw, path)
+            raw = self.interpolate(raw, path, place=getattr(tp, "substituted", None))
         if origin is Literal:
             return self._literal(tp, raw, path, f)
         if dataclasses.is_dataclass(tp) and not hasattr(tp, "parse"):

@@ -117,11 +117,36 @@ class Dsn:
             "whole DSN as ${ORDERS_PG_DSN}, or from a secrets file with source.password_file"
         )
 
+    @staticmethod
+    def substituted(template: str, start: int, end: int, value: str) -> str:
+        """`value`, from the environment for the `${VAR}` at `template[start:end]` (the other
+        variables masked), as the connection string must hold it to mean that text: percent-
+        encoded in a URI (a password holding `/`, `@`, `%` or a space broke it, or was read in
+        part as the host), quoted as a key=value value. As it is where the variable is the whole
+        string (the whole DSN), or in a URI's host list (`host:port`, several hosts)."""
+        if start == 0 and end == len(template):
+            return value
+        uri = _URI_PREFIX.match(template)
+        if uri is not None:
+            rest = template[uri.end() :]
+            authority = re.match(r"[^/?#]*", rest)
+            hosts_from = uri.end() + rest.rfind("@", 0, authority.end() if authority else 0) + 1
+            hosts_to = uri.end() + (authority.end() if authority else 0)
+            return value if hosts_from <= start < hosts_to else quote(value, safe="")
+        before, after = template[:start].rstrip(), template[end:]
+        if before.endswith("=") and not after[:1].strip() and not _PLAIN_KV_VALUE.fullmatch(value):
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return value
+
     def __str__(self) -> str:
         return self.redacted
 
     def __repr__(self) -> str:
         return f"Dsn({self.redacted!r})"
+
+
+_URI_PREFIX = re.compile(r"\s*postgres(?:ql)?://")
+_PLAIN_KV_VALUE = re.compile(r"[^\s'\\]+")  # a key=value value that needs no quotes
 
 
 _CHOICES = {  # libpq's settings with a fixed set of values, which it checks only as it connects

@@ -69,6 +69,31 @@ def test_a_password_from_the_environment_is_taken(
     assert "hunter2" not in str(dsn_loaded)
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://cdc:${PG_PASSWORD}@db:5432/shop",  # as cdc import-debezium writes it
+        "postgresql://${PG_USER}:${PG_PASSWORD}@${PG_HOSTS}/shop",
+        "postgresql://cdc@${PG_HOSTS}/shop?sslmode=prefer&password=${PG_PASSWORD}",
+        "'host=db user=cdc password=${PG_PASSWORD} dbname=shop'",
+    ],
+)
+def test_a_password_from_the_environment_means_its_text_wherever_it_goes(
+    tmp_path: Path, dsn: str
+) -> None:
+    """The environment holds the password itself, which a URI needs percent-encoded and a
+    key=value string quoted: "Secr3t/x9" read as port "Secr3t", "a@b" as host "b"."""
+    environ = {"PG_PASSWORD": PASSWORD, "PG_USER": "cdc", "PG_HOSTS": "db:5432,db2:5433"}
+    loaded = load(tmp_path, dsn, environ).pipeline.source.dsn
+    params = conninfo_to_dict(loaded.conninfo)
+    assert params["password"] == PASSWORD
+    assert params["user"] == "cdc"
+    assert params["dbname"] == "shop"
+    assert params["host"] in ("db", "db,db2")  # a host list from the environment as it is
+    assert "Zq8" not in str(loaded)
+    assert "Zq8" not in repr(loaded)
+
+
 @pytest.mark.parametrize("dsn", ["postgresql://cdc@db:5432/shop", "'host=db user=cdc'"])
 def test_a_password_file_gives_the_password_quoted_for_libpq(tmp_path: Path, dsn: str) -> None:
     secret = tmp_path / "pg_password"
