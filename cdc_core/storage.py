@@ -73,6 +73,10 @@ def s3_filesystem(options: S3Options) -> pafs.S3FileSystem:
         "region": options.region or os.environ.get("AWS_REGION") or "us-east-1",
         "connect_timeout": 10,
         "request_timeout": 60,
+        # an object smaller than a part goes in one PutObject at close, not a multipart
+        # upload begun at open: a state document is one request, and a run killed while
+        # writing one leaves no incomplete upload behind (errors still come, at close)
+        "allow_delayed_open": True,
     }
     if options.endpoint:
         scheme, sep, host = options.endpoint.partition("://")

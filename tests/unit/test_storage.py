@@ -107,6 +107,31 @@ def test_objects_read_write_list_and_delete(lake: Lake) -> None:
     assert list((lake.state / "nothing").iterdir()) == []
 
 
+def test_a_small_object_is_one_put_and_a_write_cut_short_leaves_no_upload(
+    lake: Lake, s3: S3Options
+) -> None:
+    """pyarrow begins a multipart upload when a stream opens, unless told to wait: every state
+    document cost three requests, and a run killed while writing one left an upload behind."""
+    import boto3
+
+    client = boto3.client(
+        "s3", endpoint_url=s3.endpoint, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    doc = lake.state / "cut.json"
+    stream = doc.fs.open_output_stream(doc.key)  # as write_bytes opens it; killed before close
+    try:
+        stream.write(b'{"x": 1}')
+        uploads = client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+        assert not doc.exists()
+    finally:
+        stream.close()
+    assert uploads == []
+    assert read_json(doc) == {"x": 1}
+    with pytest.raises(OSError, match="NO_SUCH_BUCKET"):  # still said, at close
+        ObjectPath.parse("s3a://no-such-bucket/x.json", s3).write_bytes(b"{}")
+
+
 def test_staged_files_publish_whole_and_a_new_stager_resumes_after_them(lake: Lake) -> None:
     stager = Stager(lake.changes, lake.staging_tmp)
     stager.recover()
