@@ -1,4 +1,5 @@
-"""Which source failures may pass by themselves: psycopg and Spark JDBC errors as `TransientError`.
+"""Which failures may pass by themselves: psycopg, Spark JDBC and object store errors, as
+`TransientError`.
 
 A lost connection, a server shutdown or restart, a statement cancelled by `statement_timeout`
 (`source.query_timeout_s`: what made it slow, a lock or a busy server, usually passes), a
@@ -64,6 +65,12 @@ _DELTA_CONFLICTS = frozenset({
 _DELTA = re.compile(r"io\.delta\.exceptions\.(\w+): ([^\n]*)")
 _CONFLICT = "a concurrent writer committed to the same Delta table first"
 _MAX_CAUSES = 32
+# pyarrow's S3 client's errors that pass by themselves (the AWS SDK's retryable kinds), from
+# the driver's own files: state, staged files, the run lock's record
+_STORE = re.compile(
+    r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|"
+    r"REQUEST_TIMEOUT|THROTTLING)\b"
+)
 
 
 def as_transient(error: BaseException) -> TransientError | None:
@@ -78,6 +85,9 @@ def as_transient(error: BaseException) -> TransientError | None:
             return None  # the product already said what it is
         if isinstance(current, psycopg.Error):
             return _from_psycopg(current)
+        if isinstance(current, OSError) and (store := _STORE.search(str(current))):
+            return TransientError(f"the object store did not answer ({store.group(1)}): "
+                                  f"{first_line(current)}; {_RETRY}")  # fmt: skip
         found = _from_spark(current)
         if found is not None:
             return found

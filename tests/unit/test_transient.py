@@ -98,10 +98,33 @@ def test_a_psycopg_failure_that_may_pass_is_transient(error: psycopg.Error, says
         psycopg.ProgrammingError("the query has 1 placeholder but 2 parameters were passed"),
         ValueError("a bug"),
         KeyError("state"),
+        OSError(  # pyarrow's S3 client: no retry makes a bucket
+            "When uploading object with key 'p/_state/stream.json' in bucket 'nope': AWS Error "
+            "NO_SUCH_BUCKET during PutObject operation: The specified bucket does not exist"
+        ),
+        OSError(
+            "When getting information for key 'p/_state': AWS Error ACCESS_DENIED during "
+            "HeadObject operation: No response body."
+        ),
     ],
 )
 def test_a_failure_retrying_will_not_fix_is_left_alone(error: Exception) -> None:
     assert as_transient(error) is None
+
+
+def test_an_object_store_that_does_not_answer_is_transient() -> None:
+    """pyarrow's S3 client, for the driver's own files: the store down was exit 1, `unexpected
+    OSError`, which a scheduler does not retry."""
+    error = OSError(
+        "When reading information for key 'y/_state/batches/latest.json' in bucket 'lake': AWS "
+        "Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Couldn't connect to "
+        "server"
+    )
+    mapped = as_transient(error)
+    assert mapped is not None
+    assert mapped.exit_code == 75
+    assert str(mapped).startswith("the object store did not answer (NETWORK_CONNECTION): When")
+    assert as_transient(OSError("AWS Error SLOW_DOWN during PutObject operation")) is not None
 
 
 def test_a_spark_jdbc_read_cancelled_by_statement_timeout_is_transient_by_its_sqlstate() -> None:
