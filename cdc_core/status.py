@@ -53,7 +53,7 @@ from cdc_core.state import (
     snapshots_dir,
     stream_file,
 )
-from cdc_core.storage import Location
+from cdc_core.storage import Location, store_problem
 
 log = logging.getLogger("cdc_core.status")
 
@@ -213,6 +213,9 @@ def gather_status(
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     pipeline = captured(config, lake).pipeline
     source, slot = read_slot(pipeline.source.dsn, pipeline.source.slot)
+    unreadable = store_problem(lake.home)
+    if unreadable is not None:  # each read would find nothing, or fail: none is made
+        return _without_lake(config, now, stale_after_s, source, slot, why=unreadable)
     batch = read_last_batch(lake)
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
     dead = read_dead_letters(lake)
@@ -251,6 +254,20 @@ def gather_status(
     if verdict is not None:
         (problems if verdict[0] == "fail" else warnings).append(verdict[1])
     return replace(status, problems=tuple(problems), warnings=tuple(warnings))
+
+
+def _without_lake(
+    config: Config, now: datetime, stale_after_s: float, source: SourceStatus, slot: SlotStatus,
+    *, why: str,
+) -> PipelineStatus:  # fmt: skip
+    """The status of a pipeline whose lake cannot be read (its store down, its bucket missing):
+    the source's part, and the lake's problem, which bronze's line carries."""
+    status = PipelineStatus(
+        config.pipeline.name, config.env_name, _iso(now), config.pipeline.target.root, source,
+        slot, None, None, stale_after_s, TableStatus("bronze", "unreadable", error=why), (), (),
+        PendingStatus(0, 0),
+    )  # fmt: skip
+    return replace(status, problems=tuple(_problems(status, None)))
 
 
 def _dropped(lake: Lake) -> dict[TableName, Literal["following", "applied"]]:

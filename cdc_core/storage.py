@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdc_core.errors import TerminalError
+from cdc_core.errors import TerminalError, first_line
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -202,6 +202,22 @@ class ObjectPath:
 
 Location = Path | ObjectPath
 """A file or folder of the lake's own: local, or on an object store."""
+
+
+def store_problem(root: Location) -> str | None:
+    """Why the object store holding `root` cannot be read: its bucket missing (or hidden from
+    these credentials), or the store not answering; None for a local root and a readable store
+    (an empty lake included). Listing a missing bucket finds nothing, as in an empty lake."""
+    if not isinstance(root, ObjectPath):
+        return None
+    bucket = root.key.partition("/")[0]
+    try:
+        found = ObjectPath(root.scheme, bucket, root.options).is_dir()
+    except OSError as e:
+        return f"the object store holding {root} cannot be read: {first_line(e)}"
+    if found:
+        return None
+    return f"bucket {bucket} of {root} does not exist, or these credentials cannot see it"
 
 
 def bucket_of(uri: str) -> str | None:

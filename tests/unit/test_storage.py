@@ -302,3 +302,36 @@ def test_the_metrics_table_age_is_read_from_its_log_on_the_store(lake: Lake) -> 
     age = metrics_table_age(lake)
     assert age is not None
     assert -5 < age < 60  # written just now (the store's clock is this machine's)
+
+
+def test_status_of_a_lake_on_a_missing_bucket_or_a_store_down_says_so(
+    s3: S3Options, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing bucket lists as an empty lake (status said ok, nothing created yet, beside a
+    slot confirmed far ahead); a store that does not answer was an `unexpected OSError` that
+    showed nothing, the source's part included."""
+    from cdc_core import status as st
+
+    config = load_pipeline("orders", "local", home=write_home(tmp_path_factory.mktemp("h")),
+                           environ={})  # fmt: skip
+    slot = st.SlotStatus("orders_cdc", True, False, None, "reserved", "0/16B3748", "0/16B3710")
+    monkeypatch.setattr(st, "read_slot", lambda dsn, name: (st.SourceStatus(True), slot))
+    down = S3Options("http://127.0.0.1:9", "us-east-1", "testing", "testing", ssl=False)
+    lakes = {"missing": Lake("s3a://no-such-bucket/p", s3), "down": Lake("s3a://lake/p", down),
+             "there": Lake(f"s3a://{BUCKET}/p", s3)}  # fmt: skip
+    found = {}
+    for name, lake in lakes.items():
+        monkeypatch.setattr(st, "Lake", SimpleNamespace(of=lambda root, conf, lake=lake: lake))
+        found[name] = st.gather_status(config)
+
+    assert found["missing"].problems == (
+        "bronze: bucket no-such-bucket of s3a://no-such-bucket/p does not exist, or these "
+        "credentials cannot see it",
+    )
+    assert found["missing"].slot == slot  # the source's part still shown
+    assert found["missing"].exit_code == 1
+    [problem] = found["down"].problems
+    assert problem.startswith("bronze: the object store holding s3a://lake/p cannot be read: ")
+    assert "NETWORK_CONNECTION" in problem
+    assert found["there"].problems == ()  # an empty lake on a bucket that exists is no problem
+    assert found["there"].exit_code == 0
