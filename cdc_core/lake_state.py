@@ -90,5 +90,8 @@ def table_version(spark: Spark, path: str) -> int:
     if local is not None:
         version = delta_log.newest_version(local)
         return -1 if version is None else version
-    row = DeltaTable.forPath(session_of(spark), path).history(1).select("version").first()
+    session = session_of(spark)
+    if not DeltaTable.isDeltaTable(session, path):  # a mirror not made yet
+        return -1
+    row = DeltaTable.forPath(session, path).history(1).select("version").first()
     return int(row[0]) if row else -1

@@ -70,6 +70,9 @@ RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 # Delta 4 ignores `RETAIN n HOURS` unless n is 0 (the table's deletedFileRetentionDuration,
 # 7 days, applies instead) while this is on, its default.
+# VACUUM commits its START and END (files deleted) only where Delta's log store shows partial
+# writes (local, HDFS) unless told to: on S3 the count read 0 and the table kept no record
+VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
 RETENTION_WINDOW_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 CONFLICTS = (
     DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException,
@@ -93,9 +96,10 @@ class RunSettings:
         default, a minute for a small table on two cores): the cluster's parallelism instead,
         unless the environment sets it. VACUUM keeps files for `vacuum_retention_hours`, which
         Delta would otherwise ignore for its 7 days; its retention check goes off only when
-        the user turned it off."""
+        the user turned it off. VACUUM records what it deleted in the table's log on every
+        store."""
         settings = config.pipeline.maintenance
-        conf = {RETENTION_WINDOW_IGNORED: "false"}
+        conf = {RETENTION_WINDOW_IGNORED: "false", VACUUM_LOGGING: "true"}
         if LISTING_PARALLELISM not in config.env.spark.conf:
             conf[LISTING_PARALLELISM] = str(spark.sparkContext.defaultParallelism)
         if not settings.vacuum_retention_check:

@@ -34,7 +34,7 @@ from tests.integration.cluster import (
     write_cluster_env,
 )
 from tests.integration.conftest import PgServer
-from tests.integration.harness import ROOT, Pipeline, make_pipeline
+from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
 
 __all__ = ["s3_jars", "s3_server", "standalone"]  # fixtures, found by pytest through this module
@@ -110,3 +110,51 @@ def test_ingest_on_a_standalone_cluster_into_s3_mirrors_the_source(  # noqa: PLR
     pafs.copy_files(f"{BUCKET}/{database}", str(copy), source_filesystem=s3_server.fs)
     for t in SHOP:
         assert assert_mirror_equals_source(spark, Lake(str(copy)), dsn, t) > 0
+
+
+def job(p: Pipeline, env: dict[str, str], name: str, *args: str) -> str:
+    """`python jobs/<name>.py --pipeline p --env cluster ARGS` that must succeed; its output."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / f"{name}.py"), "--pipeline", "p", "--env", "cluster",
+         *args],
+        env=env, cwd=p.home, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    return run.stdout
+
+
+@pytest.mark.usefixtures("s3_jars")
+@pytest.mark.slow
+def test_a_mirror_made_from_the_stream_alone_and_maintained_on_s3(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession, s3_server: S3Server
+) -> None:
+    """Without a snapshot (no_data) the first batch finds no mirror: it makes it. Then
+    maintenance on the store: compaction, VACUUM (its count from the log on S3 too, where Delta
+    logs no VACUUM by default), applied staged files. Spark local, the lake on S3."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+    home = tmp_path / "home"
+    p = make_pipeline(
+        home, dsn, ["public.t"], snapshot="no_data", root=f"s3a://{BUCKET}/{database}",
+        extra="maintenance:\n  staged_retention_hours: 0\n  vacuum_retention_hours: 0\n"
+              "  vacuum_retention_check: false\n",
+    )  # fmt: skip
+    write_cluster_env(home)
+    env = p.env() | cluster_environment(s3_server)  # no CDC_SPARK_MASTER: local[2]
+    job(p, env, "ingest", "--capture-only")  # the slot
+    for i in range(3):  # a file per batch, and files each MERGE replaced
+        sql(dsn, f"INSERT INTO t SELECT g, 'v' FROM generate_series({i * 10 + 1}, {i * 10 + 10}) g",
+            f"UPDATE t SET v = 'u{i}' WHERE id <= {i * 10}")  # fmt: skip
+        assert "pipeline p:" in job(p, env, "ingest")
+
+    out = job(p, env, "maintain")
+
+    lines = {x.partition(": ")[0]: x for x in out.splitlines()}
+    assert "bronze: 3 files compacted into 1" in lines["bronze"], out
+    for table in ("bronze", "silver public.t"):
+        assert "vacuum removed" in lines[table], out
+        assert "vacuum removed 0 " not in lines[table], out  # the count read from the log
+    assert "staged files: 2 removed" in out, out  # all but the newest
+    copy = tmp_path / "lake-copy"
+    pafs.copy_files(f"{BUCKET}/{database}", str(copy), source_filesystem=s3_server.fs)
+    assert assert_mirror_equals_source(spark, Lake(str(copy)), dsn, TableName("public", "t")) == 30
