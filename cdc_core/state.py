@@ -18,7 +18,7 @@ from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.storage import Location, plain_location, write_atomic
+from cdc_core.storage import Location, plain_location, store_problem, write_atomic
 
 
 def read_json(path: Location) -> Any:
@@ -64,7 +64,11 @@ def owner_file(lake: Lake) -> Location:
 def check_owner(lake: Lake, pipeline: str, *, claim: bool = False) -> None:
     """Stop a pipeline that is not the one whose lake is at this root: two pipelines sharing a
     root would share their staged files, positions and mirrors. `claim`: a lake no pipeline
-    owns yet becomes this one's (ingest, under the run lock)."""
+    owns yet becomes this one's (ingest, under the run lock). First of all, a lake on a bucket
+    that does not exist stops the job, naming it."""
+    problem = store_problem(lake.home)
+    if problem is not None:
+        raise problem
     stored = read_json(owner_file(lake))
     owner = stored.get("pipeline") if isinstance(stored, dict) else None
     if owner is None:

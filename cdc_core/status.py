@@ -215,7 +215,7 @@ def gather_status(
     source, slot = read_slot(pipeline.source.dsn, pipeline.source.slot)
     unreadable = store_problem(lake.home)
     if unreadable is not None:  # each read would find nothing, or fail: none is made
-        return _without_lake(config, now, stale_after_s, source, slot, why=unreadable)
+        return _without_lake(config, now, stale_after_s, source, slot, why=str(unreadable))
     batch = read_last_batch(lake)
     bronze = table_status("bronze", lake.place(lake.bronze), BRONZE_WATERMARK)
     dead = read_dead_letters(lake)

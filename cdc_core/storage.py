@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdc_core.errors import TerminalError, first_line
+from cdc_core.errors import CdcError, TerminalError, TransientError, first_line
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -204,20 +204,26 @@ Location = Path | ObjectPath
 """A file or folder of the lake's own: local, or on an object store."""
 
 
-def store_problem(root: Location) -> str | None:
+def store_problem(root: Location) -> CdcError | None:
     """Why the object store holding `root` cannot be read: its bucket missing (or hidden from
-    these credentials), or the store not answering; None for a local root and a readable store
-    (an empty lake included). Listing a missing bucket finds nothing, as in an empty lake."""
+    these credentials), or the store not answering (a `TransientError`); None for a local root
+    and a readable store (an empty lake included). Listing a missing bucket finds nothing, as
+    in an empty lake, and a first write failed with an `unexpected OSError`."""
+    from cdc_core.transient import as_transient
+
     if not isinstance(root, ObjectPath):
         return None
     bucket = root.key.partition("/")[0]
     try:
         found = ObjectPath(root.scheme, bucket, root.options).is_dir()
     except OSError as e:
-        return f"the object store holding {root} cannot be read: {first_line(e)}"
+        why = f"the object store holding {root} cannot be read: {first_line(e)}"
+        return TransientError(why) if as_transient(e) else TerminalError(why)
     if found:
         return None
-    return f"bucket {bucket} of {root} does not exist, or these credentials cannot see it"
+    return TerminalError(
+        f"bucket {bucket} of {root} does not exist, or these credentials cannot see it"
+    )
 
 
 def bucket_of(uri: str) -> str | None:

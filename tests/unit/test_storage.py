@@ -13,7 +13,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from cdc_core.config import load_pipeline
-from cdc_core.errors import TerminalError
+from cdc_core.errors import TerminalError, TransientError
 from cdc_core.lake import Lake
 from cdc_core.metrics import (
     batch_lines_after,
@@ -335,3 +335,25 @@ def test_status_of_a_lake_on_a_missing_bucket_or_a_store_down_says_so(
     assert "NETWORK_CONNECTION" in problem
     assert found["there"].problems == ()  # an empty lake on a bucket that exists is no problem
     assert found["there"].exit_code == 0
+
+
+def test_a_job_on_a_missing_bucket_stops_naming_it_before_it_writes(
+    s3: S3Options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingest's first write (the run lock's holder) failed with `unexpected OSError: When
+    initiating multiple part upload ... NO_SUCH_BUCKET`, exit 1; validate and the commands that
+    only read found an empty lake."""
+    from cdc_core.state import check_owner
+
+    monkeypatch.setenv("CDC_LOCK_DIR", str(tmp_path / "locks"))
+    lake = Lake("s3a://no-such-bucket/p", s3)
+    said = "bucket no-such-bucket of s3a://no-such-bucket/p does not exist, or these credentials"
+    with pytest.raises(TerminalError, match=said) as stopped, run_lock(lake, "orders"):
+        pass
+    assert stopped.value.exit_code == 1
+    with pytest.raises(TerminalError, match=said):
+        check_owner(lake, "orders")
+    down = Lake("s3a://lake/p", S3Options("http://127.0.0.1:9", "us-east-1", "t", "t", ssl=False))
+    with pytest.raises(TransientError, match="cannot be read: When") as waits:
+        check_owner(down, "orders")
+    assert waits.value.exit_code == 75
