@@ -177,9 +177,7 @@ def validate(config: Config, spark: SparkSession, options: Options) -> Report:
     report.snapshot_lsn, report.confirmed_lsn = str(snapshot.lsn), _text(snapshot.confirmed)
     report.tables = [run.report for run in runs]
     if options.quality:
-        report.quality = _quality(
-            spark, lake, suites, config.pipeline.target.root, silver_settings(config).soft_delete
-        )
+        report.quality = _quality(spark, lake, suites, silver_settings(config).soft_delete)
     report.seconds = time.monotonic() - started
     return report
 
@@ -473,7 +471,6 @@ def _quality(
     spark: SparkSession,
     lake: Lake,
     suites: list[tuple[_Run, Suite]],
-    root: str,
     soft_delete: bool,
 ) -> QualityReport:
     """Each suite on the live rows of the version parity compared (the last round's)."""
@@ -485,7 +482,7 @@ def _quality(
         frame = live_rows(silver, bool(run.shape and run.shape.key), soft_delete).drop("_w")
         frames.append((suite, frame.cache()))
     try:
-        return run_quality(spark, frames, root)
+        return run_quality(frames, lake)
     finally:
         for _, frame in frames:
             frame.unpersist()

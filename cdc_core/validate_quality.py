@@ -28,9 +28,10 @@ from cdc_core.config.loader import suggest
 from cdc_core.config.validate import ColumnExpectation
 from cdc_core.errors import ConfigError, first_line
 from cdc_core.identifiers import TableName
-from cdc_core.lake import local_path
+from cdc_core.lake import Lake
 from cdc_core.pgtypes import SilverType
 from cdc_core.silver_shape import TableShape, describe, spark_type
+from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.validate")
 SITE = "quality"
@@ -178,22 +179,26 @@ def _value(text: str | None, t: SilverType, key: str, file: str) -> object:
                       f"{describe(t)}")  # fmt: skip
 
 
-def run_quality(
-    spark: SparkSession, suites: Sequence[tuple[Suite, DataFrame]], root: str
-) -> QualityReport:
-    """Run every suite on its DataFrame and write the Data Docs under <root>/_state/quality."""
+def run_quality(suites: Sequence[tuple[Suite, DataFrame]], lake: Lake) -> QualityReport:
+    """Run every suite on its DataFrame and write the Data Docs under <root>/_state/quality
+    (on an object store, through the lake's own client, as the driver's other files). Docs that
+    cannot be written are said, and leave the verdict as it is."""
     started = time.monotonic()
-    target = f"{root.rstrip('/')}/_state/{SITE}"
-    local = local_path(target)
+    target = lake.state / SITE
+    local = target if isinstance(target, Path) else None
     with tempfile.TemporaryDirectory(prefix="cdc-quality-") as scratch:
         site = local if local is not None else Path(scratch)
-        report = QualityReport(str(site / "index.html") if local else f"{target}/index.html")
+        report = QualityReport(str(target / "index.html"))
         context = _context(site)
         for suite, frame in suites:
             report.outcomes += _exact_types(suite, frame)
             report.outcomes += _run_suite(context, suite, frame)
         if local is None:
-            _upload(spark, site, target)
+            try:
+                _upload(site, target)
+            except OSError as e:
+                log.warning("Data Docs not written to %s: %s", target, first_line(e))
+                report.docs = f"not written ({first_line(e)})"
     report.seconds = time.monotonic() - started
     return report
 
@@ -279,14 +284,7 @@ def _exact_types(suite: Suite, frame: DataFrame) -> list[Outcome]:
     return out
 
 
-def _upload(spark: SparkSession, site: Path, target: str) -> None:
+def _upload(site: Path, target: Location) -> None:
     """Copy the Data Docs site to a lake that is not on the local file system."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    fs_path = jvm.org.apache.hadoop.fs.Path
     for path in sorted(p for p in site.rglob("*") if p.is_file()):
-        relative = path.relative_to(site).as_posix()
-        destination = fs_path(f"{target}/{relative}")
-        destination.getFileSystem(hadoop).copyFromLocalFile(False, True, fs_path(str(path)),
-                                                            destination)  # fmt: skip
+        (target / path.relative_to(site).as_posix()).write_bytes(path.read_bytes())

@@ -128,8 +128,9 @@ def job(p: Pipeline, env: dict[str, str], name: str, *args: str) -> str:
 def test_a_mirror_made_from_the_stream_alone_and_maintained_on_s3(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession, s3_server: S3Server
 ) -> None:
-    """Without a snapshot (no_data) the first batch finds no mirror: it makes it. Then
-    maintenance on the store: compaction, VACUUM (its count from the log on S3 too, where Delta
+    """Without a snapshot (no_data) the first batch finds no mirror: it makes it. `cdc validate`
+    writes its Data Docs there (through Hadoop's client they failed on this S3 server, and the
+    verdict with them). Then maintenance on the store: compaction, VACUUM (its count from the log on S3 too, where Delta
     logs no VACUUM by default), applied staged files. Spark local, the lake on S3."""
     dsn = pg.dsn(database)
     sql(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)")
@@ -146,6 +147,14 @@ def test_a_mirror_made_from_the_stream_alone_and_maintained_on_s3(
         sql(dsn, f"INSERT INTO t SELECT g, 'v' FROM generate_series({i * 10 + 1}, {i * 10 + 10}) g",
             f"UPDATE t SET v = 'u{i}' WHERE id <= {i * 10}")  # fmt: skip
         assert "pipeline p:" in job(p, env, "ingest")
+
+    validated = subprocess.run(
+        [sys.executable, "-m", "cdc_core.cli", "validate", "--pipeline", "p", "--env", "cluster"],
+        env=env, cwd=p.home, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert validated.returncode == 0, validated.stdout[-3000:] + validated.stderr[-3000:]
+    assert f"Data Docs: s3a://{BUCKET}/{database}/_state/quality/index.html" in validated.stdout
+    assert f"{BUCKET}/{database}/_state/quality/index.html" in s3_server.keys(database)
 
     out = job(p, env, "maintain")
 
