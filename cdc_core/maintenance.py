@@ -68,11 +68,11 @@ COMMITS_PER_TABLE = 4  # at most, per run: DELETE (bronze), OPTIMIZE, VACUUM STA
 HEADROOM = 50  # of the commits the stages search, kept for their own commits without watermark
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-# Delta 4 ignores `RETAIN n HOURS` unless n is 0 (the table's deletedFileRetentionDuration,
-# 7 days, applies instead) while this is on, its default.
 # VACUUM commits its START and END (files deleted) only where Delta's log store shows partial
 # writes (local, HDFS) unless told to: on S3 the count read 0 and the table kept no record
 VACUUM_LOGGING = "spark.databricks.delta.vacuum.logging.enabled"
+# Delta 4 ignores `RETAIN n HOURS` unless n is 0 (the table's deletedFileRetentionDuration,
+# 7 days, applies instead) while this is on, its default.
 RETENTION_WINDOW_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 CONFLICTS = (
     DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException,
