@@ -123,16 +123,18 @@ class Dsn:
         variables masked), as the connection string must hold it to mean that text: percent-
         encoded in a URI (a password holding `/`, `@`, `%` or a space broke it, or was read in
         part as the host), quoted as a key=value value. As it is where the variable is the whole
-        string (the whole DSN), or in a URI's host list (`host:port`, several hosts)."""
+        string (the whole DSN), in a URI's host list (`host:port`, several hosts), or in its
+        query anywhere but after a `=` (`?${PG_PARAMS}` as `sslmode=require&connect_timeout=5`)."""
         if start == 0 and end == len(template):
             return value
         uri = _URI_PREFIX.match(template)
         if uri is not None:
             rest = template[uri.end() :]
-            authority = re.match(r"[^/?#]*", rest)
-            hosts_from = uri.end() + rest.rfind("@", 0, authority.end() if authority else 0) + 1
-            hosts_to = uri.end() + (authority.end() if authority else 0)
-            return value if hosts_from <= start < hosts_to else quote(value, safe="")
+            authority = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+            hosts = range(uri.end() + rest.rfind("@", 0, authority) + 1, uri.end() + authority)
+            query = template.find("?", uri.end())
+            in_query = 0 <= query < start and not template[:start].endswith("=")
+            return value if start in hosts or in_query else quote(value, safe="")
         before, after = template[:start].rstrip(), template[end:]
         if before.endswith("=") and not after[:1].strip() and not _PLAIN_KV_VALUE.fullmatch(value):
             return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

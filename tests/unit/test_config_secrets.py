@@ -94,6 +94,17 @@ def test_a_password_from_the_environment_means_its_text_wherever_it_goes(
     assert "Zq8" not in repr(loaded)
 
 
+def test_a_query_string_from_the_environment_is_taken_as_it_is_and_a_value_in_it_encoded(
+    tmp_path: Path,
+) -> None:
+    """`?${PG_PARAMS}` holds settings, `a=b&c=d`: encoded, its `=` and `&` meant nothing."""
+    environ = {"PG_PARAMS": "sslmode=require&connect_timeout=5", "PG_PASSWORD": PASSWORD}
+    dsn = "postgresql://cdc@db/shop?${PG_PARAMS}&password=${PG_PASSWORD}"
+    params = conninfo_to_dict(load(tmp_path, dsn, environ).pipeline.source.dsn.conninfo)
+    assert (params["sslmode"], params["connect_timeout"]) == ("require", "5")
+    assert params["password"] == PASSWORD
+
+
 @pytest.mark.parametrize("dsn", ["postgresql://cdc@db:5432/shop", "'host=db user=cdc'"])
 def test_a_password_file_gives_the_password_quoted_for_libpq(tmp_path: Path, dsn: str) -> None:
     secret = tmp_path / "pg_password"
