@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
+from cdc_core.errors import CdcError
 from cdc_core.identifiers import TableName
-from cdc_core.storage import Location, S3Options, bucket_of, location
+from cdc_core.storage import Location, S3Options, bucket_of, location, store_problem
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,13 @@ class Lake:
     def home(self) -> Location:
         """The root as a location for the driver's own file operations."""
         return location(self.root, self.options)
+
+    @cached_property
+    def store_problem(self) -> CdcError | None:
+        """Why the object store holding the lake cannot be read (`storage.store_problem`), None
+        for a local lake and a readable store; asked once of a job's lake, which its run lock
+        and its owner check both need before anything is written."""
+        return store_problem(self.home)
 
     def place(self, uri: str) -> Location:
         """A location under the lake (a Delta table's folder, say) for file operations."""

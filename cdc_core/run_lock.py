@@ -30,7 +30,7 @@ from pathlib import Path
 from cdc_core.errors import TerminalError, TransientError
 from cdc_core.lake import Lake
 from cdc_core.state import write_json
-from cdc_core.storage import Location, store_problem
+from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.run_lock")
 
@@ -116,9 +116,8 @@ def run_lock(lake: Lake, pipeline: str) -> Iterator[Holder]:
     """Hold `pipeline`'s run lock for the block. Raises `RunLockedError` (exit 75) naming the
     holder when another run holds it; takes over, with a warning, the lock of a run that died.
     A lake on a bucket that does not exist stops it before anything is written there."""
-    problem = store_problem(lake.home)
-    if problem is not None:
-        raise problem
+    if lake.store_problem is not None:
+        raise lake.store_problem
     path = lock_file(lake)
     path.parent.mkdir(parents=True, exist_ok=True)
     # os.open's descriptors are not inherited: Spark's JVM, a child, must not keep the lock

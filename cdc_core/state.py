@@ -18,7 +18,7 @@ from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.storage import Location, plain_location, store_problem, write_atomic
+from cdc_core.storage import Location, plain_location, write_atomic
 
 
 def read_json(path: Location) -> Any:
@@ -66,9 +66,8 @@ def check_owner(lake: Lake, pipeline: str, *, claim: bool = False) -> None:
     root would share their staged files, positions and mirrors. `claim`: a lake no pipeline
     owns yet becomes this one's (ingest, under the run lock). First of all, a lake on a bucket
     that does not exist stops the job, naming it."""
-    problem = store_problem(lake.home)
-    if problem is not None:
-        raise problem
+    if lake.store_problem is not None:
+        raise lake.store_problem
     stored = read_json(owner_file(lake))
     owner = stored.get("pipeline") if isinstance(stored, dict) else None
     if owner is None:

@@ -53,7 +53,7 @@ from cdc_core.state import (
     snapshots_dir,
     stream_file,
 )
-from cdc_core.storage import Location, store_problem
+from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.status")
 
@@ -213,7 +213,7 @@ def gather_status(
     lake = Lake.of(config.pipeline.target.root, config.env.spark.conf)
     pipeline = captured(config, lake).pipeline
     source, slot = read_slot(pipeline.source.dsn, pipeline.source.slot)
-    unreadable = store_problem(lake.home)
+    unreadable = lake.store_problem
     if unreadable is not None:  # each read would find nothing, or fail: none is made
         return _without_lake(config, now, stale_after_s, source, slot, why=str(unreadable))
     batch = read_last_batch(lake)

@@ -25,7 +25,7 @@ from cdc_core.metrics import (
 from cdc_core.run_lock import RunLockedError, holder_file, lock_file, read_holder, run_lock
 from cdc_core.stager import Stager, iter_rows, read_metadata, relations_of, staged_files
 from cdc_core.state import read_json, schema_history, write_json
-from cdc_core.storage import ObjectPath, S3Options, location, publish, write_atomic
+from cdc_core.storage import Location, ObjectPath, S3Options, location, publish, write_atomic
 from tests.unit.test_config import write_home
 from tests.unit.test_stager import ORDERS, chunk
 
@@ -357,3 +357,24 @@ def test_a_job_on_a_missing_bucket_stops_naming_it_before_it_writes(
     with pytest.raises(TransientError, match="cannot be read: When") as waits:
         check_owner(down, "orders")
     assert waits.value.exit_code == 75
+
+
+def test_a_job_asks_the_store_once_whether_its_bucket_is_there(
+    s3: S3Options, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run lock and the owner check each asked (a HEAD of the bucket twice per job)."""
+    from cdc_core import lake as lake_module
+    from cdc_core.state import check_owner
+
+    asked: list[Location] = []
+
+    def store_problem(root: Location) -> None:
+        asked.append(root)
+
+    monkeypatch.setattr(lake_module, "store_problem", store_problem)
+    monkeypatch.setenv("CDC_LOCK_DIR", str(tmp_path / "locks"))
+    lake = Lake(f"s3a://{BUCKET}/once", s3)
+    with run_lock(lake, "orders"):
+        check_owner(lake, "orders", claim=True)
+    assert read_json(lake.state / "pipeline.json") == {"pipeline": "orders"}
+    assert asked == [lake.home]
