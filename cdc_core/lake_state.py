@@ -2,7 +2,7 @@
 
 A stage that writes a Delta table records how far it got in that same commit
 (`userMetadata`), so the progress and the data can never disagree: a crash either lost both
-or kept both. The next run reads the newest such record from the table's history.
+or kept both. The next run reads the newest such record from the table's log (`delta_log`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_core import delta_log
 from cdc_core.lake import local_path
 from cdc_core.spark import Spark, session_of
+from cdc_core.storage import Location, S3Options, bucket_of, location
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -25,10 +25,8 @@ HISTORY_DEPTH = 200  # commits searched for the newest watermark (maintenance ad
 
 
 def read_watermark(spark: Spark, path: str, key: str) -> dict[str, object] | None:
-    """The newest commit metadata of table `path` that records `key`, or None. A local table
-    needs no Spark session (`spark` may be one still starting)."""
-    if local_path(path) is None and not DeltaTable.isDeltaTable(session_of(spark), path):
-        return None
+    """The newest commit metadata of table `path` that records `key`, or None (no such commit,
+    or no table). A local table needs no Spark session (`spark` may be one still starting)."""
     found = _newest_record(spark, path, key)
     return found[1] if found else None
 
@@ -41,27 +39,25 @@ def watermark_depth(spark: SparkSession, path: str, key: str) -> int | None:
 
 
 def _newest_record(spark: Spark, path: str, key: str) -> tuple[int, dict[str, object]] | None:
-    """(commits after it, metadata) of the newest commit whose metadata records `key`. A local
-    table's log is read directly (milliseconds, where Delta's history costs a Spark job)."""
+    """(commits after it, metadata) of the newest commit whose metadata records `key`."""
+    return delta_log.newest_record(_table_at(spark, path), key, HISTORY_DEPTH)
+
+
+def table_version(spark: Spark, path: str) -> int:
+    """The newest commit version of the table at `path`, -1 when there is none."""
+    version = delta_log.newest_version(_table_at(spark, path))
+    return -1 if version is None else version
+
+
+def _table_at(spark: Spark, path: str) -> Location:
+    """The table at `path` for reading its log directly, in milliseconds where Delta's history
+    costs a Spark job: a local folder (no session needed), or on an object store through the
+    session's own s3a settings (the lake's `Lake.of` reads the same ones)."""
     local = local_path(path)
     if local is not None:
-        return delta_log.newest_record(local, key, HISTORY_DEPTH)
-    history = (
-        DeltaTable.forPath(session_of(spark), path)
-        .history(HISTORY_DEPTH)
-        .select("version", "userMetadata")
-    )
-    rows = history.orderBy("version", ascending=False).collect()
-    for depth, row in enumerate(rows):
-        if not row.userMetadata:
-            continue
-        try:
-            data = json.loads(row.userMetadata)
-        except ValueError:
-            continue  # someone else's metadata
-        if isinstance(data, dict) and key in data:
-            return depth, data
-    return None
+        return local
+    conf = dict(session_of(spark).sparkContext.getConf().getAll())
+    return location(path, S3Options.from_spark_conf(conf, bucket_of(path)))
 
 
 @contextlib.contextmanager
@@ -81,17 +77,3 @@ def committing(
     finally:
         for key in settings:
             spark.conf.unset(key)
-
-
-def table_version(spark: Spark, path: str) -> int:
-    """The newest commit version of the table at `path`, -1 when there is none (a local
-    table's without a Spark session)."""
-    local = local_path(path)
-    if local is not None:
-        version = delta_log.newest_version(local)
-        return -1 if version is None else version
-    session = session_of(spark)
-    if not DeltaTable.isDeltaTable(session, path):  # a mirror not made yet
-        return -1
-    row = DeltaTable.forPath(session, path).history(1).select("version").first()
-    return int(row[0]) if row else -1

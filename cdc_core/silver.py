@@ -25,7 +25,7 @@ from cdc_core.envelope import MESSAGES_TABLE
 from cdc_core.errors import TerminalError
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
-from cdc_core.lake import Lake, local_path
+from cdc_core.lake import Lake
 from cdc_core.lake_state import committing, read_watermark, table_version
 from cdc_core.lsn import Lsn
 from cdc_core.name_patterns import matches_any
@@ -141,10 +141,11 @@ class CaughtUp:
 
     def untouched(self, lake: Lake, table: TableName, bronze: int, silver: int) -> bool:
         known = self.versions.get(table.qualified)
-        bronze_path = local_path(lake.bronze)
-        if known is None or bronze_path is None or known[1] != silver or known[0] > bronze:
+        if known is None or known[1] != silver or known[0] > bronze:
             return False
-        written = delta_log.partitions_written(bronze_path, known[0], bronze, "source_table")
+        written = delta_log.partitions_written(
+            lake.place(lake.bronze), known[0], bronze, "source_table"
+        )
         return written is not None and table.qualified not in written
 
 
