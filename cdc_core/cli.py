@@ -46,12 +46,12 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
     except Exception as e:  # the last line of defence: one line, not a wall of traceback
         if debug:
             traceback.print_exc()
-        from cdc_core.transient import as_transient
+        from cdc_core.transient import as_transient, store_refusal
 
-        transient = as_transient(e)  # a lost server or a timeout: exit 75, not a bug
-        if transient is not None:
-            print(f"error: {transient}", file=sys.stderr)
-            return transient.exit_code
+        known = as_transient(e) or store_refusal(e)  # a lost server: exit 75; refused: 1
+        if known is not None:
+            print(f"error: {known}", file=sys.stderr)
+            return known.exit_code
         text = text_of(e)
         if text is None:  # a Py4J error whose JVM is gone: its text went with it
             text = "its text is lost with the Spark driver (JVM), which is gone"

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import psycopg
 
-from cdc_core.errors import CdcError, TransientError, first_line, text_of
+from cdc_core.errors import CdcError, TerminalError, TransientError, first_line, text_of
 
 # SQLState (or its class, two characters) -> what it means for whoever reads the error line
 _TRANSIENT = {
@@ -71,6 +71,45 @@ _STORE = re.compile(
     r"AWS Error (NETWORK_CONNECTION|SLOW_DOWN|SERVICE_UNAVAILABLE|INTERNAL_FAILURE|"
     r"REQUEST_TIMEOUT|THROTTLING)\b"
 )
+
+# the s3a connector's (Spark's own reads and writes of the lake) failures that pass by
+# themselves: the network, a store that did not answer, throttling, a 5xx; by exact class, so
+# a subclass that says something else (NoAuthWithAWSException: no credentials) is left alone.
+# s3a hands on a network failure as its own class (ConnectException); those count only in an
+# error about an s3a:// path, not in a JDBC read's (which the driver's SQLState covers)
+_S3A = "org.apache.hadoop.fs.s3a."
+_S3A_PASSING = frozenset({
+    f"{_S3A}AWSClientIOException", f"{_S3A}HttpChannelEOFException",
+    f"{_S3A}AWSNoResponseException", f"{_S3A}AWSStatus500Exception",
+    f"{_S3A}AWSServiceThrottledException", f"{_S3A}AWSApiCallTimeoutException",
+    "org.apache.hadoop.net.ConnectTimeoutException", "java.net.ConnectException",
+    "java.net.SocketTimeoutException", "java.net.NoRouteToHostException",
+})  # fmt: skip
+_S3A_TEXT = re.compile("(" + "|".join(re.escape(n) for n in sorted(_S3A_PASSING)) + r"): ([^\n]*)")
+# what a store says to credentials it refuses, or that may not do what was asked
+_STORE_REFUSED = re.compile(
+    r"AWS Error (ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|"
+    r"EXPIRED_TOKEN|UNRECOGNIZED_CLIENT)\b|java\.nio\.file\.AccessDeniedException"
+)
+
+
+def store_refusal(error: BaseException) -> TerminalError | None:
+    """`error` (or what caused it) as the object store refusing these credentials what the job
+    asked of it (pyarrow's client for the driver's files, s3a for Spark's): a `TerminalError`
+    that says so, else None. A retry does not fix it: exit 1, not an `unexpected` bug."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) < _MAX_CAUSES:
+        seen.add(id(current))
+        text = text_of(current) or ""
+        if _STORE_REFUSED.search(text):
+            return TerminalError(
+                "the object store refused these credentials what the job asked (reading, "
+                "listing, writing and deleting under target.root are all needed; see the "
+                f"README's Object storage): {first_line(text)}"
+            )
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def as_transient(error: BaseException) -> TransientError | None:
@@ -134,6 +173,16 @@ def _conflict(name: str, text: str) -> TransientError:
     return TransientError(f"{_CONFLICT}: {name}: {first}; {_RETRY}")
 
 
+def _on_store(name: str, text: str) -> bool:
+    return name.startswith(_S3A) or "s3a://" in text
+
+
+def _store_down(name: str, message: str) -> TransientError:
+    kind = name.rpartition(".")[2]
+    return TransientError(f"the object store did not answer Spark ({kind}): "
+                          f"{first_line(message)}; {_RETRY}")  # fmt: skip
+
+
 def jdbc_message(text: str) -> str | None:
     """The PostgreSQL JDBC driver's message in a Spark error's text, or None."""
     found = _PSQL.search(text)
@@ -158,6 +207,8 @@ def _from_spark(error: BaseException) -> TransientError | None:
                     return _describe(state, str(java.getMessage() or ""), via="Spark JDBC read: ")
                 if name.startswith("io.delta.exceptions.") and name[20:] in _DELTA_CONFLICTS:
                     return _conflict(name[20:], str(java.getMessage() or ""))
+                if name in _S3A_PASSING and _on_store(name, str(java.getMessage() or "")):
+                    return _store_down(name, str(java.getMessage() or ""))
                 java = java.getCause()
     text = text_of(error) or ""
     conflict = _DELTA.search(text)
@@ -165,6 +216,9 @@ def _from_spark(error: BaseException) -> TransientError | None:
         return _conflict(conflict.group(1), conflict.group(2))
     message = jdbc_message(text)
     if message is None:
+        store = _S3A_TEXT.search(text)
+        if store is not None and _on_store(store.group(1), text):
+            return _store_down(store.group(1), store.group(2))
         return None
     for state, known in _JDBC_TEXTS:
         if known in message:

@@ -406,3 +406,70 @@ def test_a_read_that_gave_way_every_time_says_what_it_gave_way_to_once(
     )
     assert raised.value.sqlstate == "55P03"
     assert caplog.text.count("the read gave way to it and starts again") == 4
+
+
+def _s3a_failure(with_jvm: bool) -> Py4JJavaError:
+    """Delta's save of bronze with the store gone quiet, as the s3a connector reports it."""
+    said = ("getFileStatus on s3a://lake/p/bronze/_delta_log: software.amazon.awssdk.core."
+            "exception.SdkClientException: Unable to execute HTTP request: The target server "
+            "failed to respond")  # fmt: skip
+    eof = JavaThrowable("org.apache.hadoop.fs.s3a.HttpChannelEOFException", said)
+    text = ("An error occurred while calling o147.save.\n: org.apache.hadoop.fs.s3a."
+            f"HttpChannelEOFException: {said}\n\tat org.apache.hadoop.fs.s3a.impl."
+            "ErrorTranslation.maybeExtractChannelException(ErrorTranslation.java:200)")  # fmt: skip
+    return Py4JJavaError(text, eof if with_jvm else None)
+
+
+@pytest.mark.parametrize("with_jvm", [True, False])
+def test_spark_finding_the_object_store_not_answering_is_transient(with_jvm: bool) -> None:
+    """s3a's failures in Spark's stage (bronze, silver) were exit 1, `unexpected Py4JJavaError`:
+    only pyarrow's, the driver's own files, were known to pass by themselves."""
+    mapped = as_transient(_s3a_failure(with_jvm))
+    assert mapped is not None
+    assert mapped.exit_code == EXIT_TRANSIENT
+    assert str(mapped).startswith(
+        "the object store did not answer Spark (HttpChannelEOFException): getFileStatus on s3a://"
+    )
+    assert "ErrorTranslation" not in str(mapped)
+
+
+def test_a_jdbc_read_refused_by_the_network_stays_the_source_s_failure() -> None:
+    message = "Connection to 127.0.0.1:5432 refused. Check that the hostname and port are correct"
+    error = _spark_job_failure(message, "08001")
+    error.java_exception = None
+    error.args = (f"{error.args[0]}\nCaused by: java.net.ConnectException: Connection refused",)
+    mapped = as_transient(error)
+    assert mapped is not None
+    assert "the connection to PostgreSQL was lost" in str(mapped)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError("When uploading object with key 'p/_state/run.holder.json' in bucket 'lake': AWS "
+                "Error ACCESS_DENIED during PutObject operation: Access Denied"),
+        Py4JJavaError("An error occurred while calling o88.save.\n: java.nio.file."
+                      "AccessDeniedException: s3a://lake/p/bronze/_delta_log: getFileStatus on "
+                      "s3a://lake/p/bronze/_delta_log: Forbidden (Service: S3, Status Code: 403)",
+                      None),
+    ],
+)  # fmt: skip
+def test_a_store_refusing_the_credentials_says_so_and_exits_1(
+    error: Exception, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Credentials that may read the bucket but not write it: `unexpected OSError`, as a bug."""
+
+    def command(_: argparse.Namespace) -> int:
+        raise error
+
+    assert guarded(command, argparse.Namespace()) == EXIT_FAILURE
+    said = capsys.readouterr().err
+    assert said.startswith("error: the object store refused these credentials what the job asked")
+    assert "unexpected" not in said
+    assert as_transient(error) is None
+
+
+def test_a_missing_bucket_is_not_a_refusal_of_the_credentials() -> None:
+    from cdc_core.transient import store_refusal
+
+    assert store_refusal(OSError("AWS Error NO_SUCH_BUCKET during HeadBucket")) is None
