@@ -89,8 +89,8 @@ _S3A_TEXT = re.compile("(" + "|".join(re.escape(n) for n in sorted(_S3A_PASSING)
 # what a store says to credentials it refuses, or that may not do what was asked
 _STORE_REFUSED = re.compile(
     r"AWS Error (ACCESS_DENIED|INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|"
-    r"EXPIRED_TOKEN|UNRECOGNIZED_CLIENT)\b|java\.nio\.file\.AccessDeniedException"
-)
+    r"EXPIRED_TOKEN|UNRECOGNIZED_CLIENT)\b|java\.nio\.file\.AccessDeniedException: s3a://"
+)  # a local file system's AccessDeniedException names a path, not s3a://
 
 
 def store_refusal(error: BaseException) -> TerminalError | None:
@@ -102,11 +102,13 @@ def store_refusal(error: BaseException) -> TerminalError | None:
     while current is not None and id(current) not in seen and len(seen) < _MAX_CAUSES:
         seen.add(id(current))
         text = text_of(current) or ""
-        if _STORE_REFUSED.search(text):
+        refused = _STORE_REFUSED.search(text)
+        if refused is not None:  # its own line: a Py4J error's first is "An error occurred..."
+            line = text[text.rfind("\n", 0, refused.start()) + 1 :]
             return TerminalError(
                 "the object store refused these credentials what the job asked (reading, "
                 "listing, writing and deleting under target.root are all needed; see the "
-                f"README's Object storage): {first_line(text)}"
+                f"README's Object storage): {first_line(line.lstrip(': '))}"
             )
         current = current.__cause__ or current.__context__
     return None

@@ -465,11 +465,16 @@ def test_a_store_refusing_the_credentials_says_so_and_exits_1(
     assert guarded(command, argparse.Namespace()) == EXIT_FAILURE
     said = capsys.readouterr().err
     assert said.startswith("error: the object store refused these credentials what the job asked")
+    assert "An error occurred" not in said  # the store's own line, not Py4J's first
+    assert "ACCESS_DENIED" in said or "AccessDeniedException: s3a://lake" in said
     assert "unexpected" not in said
     assert as_transient(error) is None
 
 
-def test_a_missing_bucket_is_not_a_refusal_of_the_credentials() -> None:
+def test_a_missing_bucket_or_a_local_folder_refused_is_not_a_refusal_of_the_credentials() -> None:
     from cdc_core.transient import store_refusal
 
     assert store_refusal(OSError("AWS Error NO_SUCH_BUCKET during HeadBucket")) is None
+    local = Py4JJavaError("An error occurred while calling o9.save.\n: java.nio.file."
+                          "AccessDeniedException: /lake/bronze/_delta_log", None)  # fmt: skip
+    assert store_refusal(local) is None
