@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -77,6 +78,17 @@ class SetupError(TerminalError):
 
 class DecodeError(TerminalError):
     """Bytes from the server that do not follow the protocol; names the byte and the LSN."""
+
+
+def causes(error: BaseException, limit: int | None = None) -> Iterator[BaseException]:
+    """`error` and what caused it, or was being handled when it came, each once; at most
+    `limit` of them."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(seen) != limit:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def text_of(error: BaseException) -> str | None:

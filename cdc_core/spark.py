@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -24,7 +24,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_core.config import SparkSettings
-from cdc_core.errors import SetupError, text_of
+from cdc_core.errors import SetupError, causes, text_of
 from cdc_core.jars import default_coordinates, hadoop_aws_coordinate, resolve, with_hadoop_aws
 
 T = TypeVar("T")
@@ -293,7 +293,7 @@ def driver_died(error: BaseException) -> bool:
     """Whether `error` (or what caused it) says the driver's JVM is gone: Py4J lost its
     connection, or a Spark job failed on java.lang.OutOfMemoryError (local mode: Spark's
     handler then ends the JVM)."""
-    for current in _chain(error):
+    for current in causes(error):
         if type(current).__name__ == "Py4JNetworkError" or isinstance(
             current, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError)
         ):
@@ -314,7 +314,7 @@ def driver_dying(error: BaseException, spark: Spark, *, grace_s: float = 3.0) ->
     if driver_died(error):
         return True
     starting = isinstance(spark, SessionStarting) and not spark.ready
-    if starting or not any(map(_spark_side, _chain(error))):
+    if starting or not any(map(_spark_side, causes(error))):
         return False
     context = session_of(spark).sparkContext
     deadline = time.monotonic() + grace_s
@@ -327,16 +327,6 @@ def driver_dying(error: BaseException, spark: Spark, *, grace_s: float = 3.0) ->
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """`error` and what caused it, or was being handled when it came, each once."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
 
 
 def _spark_side(error: BaseException) -> bool:

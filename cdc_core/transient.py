@@ -20,7 +20,14 @@ from collections.abc import Iterator
 
 import psycopg
 
-from cdc_core.errors import CdcError, TerminalError, TransientError, first_line, text_of
+from cdc_core.errors import (
+    CdcError,
+    TerminalError,
+    TransientError,
+    causes,
+    first_line,
+    text_of,
+)
 
 # SQLState (or its class, two characters) -> what it means for whoever reads the error line
 _TRANSIENT = {
@@ -97,10 +104,7 @@ def store_refusal(error: BaseException) -> TerminalError | None:
     """`error` (or what caused it) as the object store refusing these credentials what the job
     asked of it (pyarrow's client for the driver's files, s3a for Spark's): a `TerminalError`
     that says so, else None. A retry does not fix it: exit 1, not an `unexpected` bug."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(seen) < _MAX_CAUSES:
-        seen.add(id(current))
+    for current in causes(error, _MAX_CAUSES):
         text = text_of(current) or ""
         refused = _STORE_REFUSED.search(text)
         if refused is not None:  # its own line: a Py4J error's first is "An error occurred..."
@@ -110,16 +114,12 @@ def store_refusal(error: BaseException) -> TerminalError | None:
                 "listing, writing and deleting under target.root are all needed; see the "
                 f"README's Object storage): {first_line(line.lstrip(': '))}"
             )
-        current = current.__cause__ or current.__context__
     return None
 
 
 def as_transient(error: BaseException) -> TransientError | None:
     """`error` as a `TransientError` when it (or what caused it) may pass by itself, else None."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(seen) < _MAX_CAUSES:
-        seen.add(id(current))
+    for current in causes(error, _MAX_CAUSES):
         if isinstance(current, TransientError):
             return current
         if isinstance(current, CdcError):
@@ -132,7 +132,6 @@ def as_transient(error: BaseException) -> TransientError | None:
         found = _from_spark(current)
         if found is not None:
             return found
-        current = current.__cause__ or current.__context__
     return None
 
 
