@@ -8,9 +8,12 @@ or kept both. The next run reads the newest such record from the table's log (`d
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import types
 from collections.abc import Iterator, Mapping
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cdc_core import delta_log
@@ -56,8 +59,15 @@ def _table_at(spark: Spark, path: str) -> Location:
     local = local_path(path)
     if local is not None:
         return local
-    conf = dict(session_of(spark).sparkContext.getConf().getAll())
+    conf = _settings(session_of(spark).sparkContext)
     return location(path, S3Options.from_spark_conf(conf, bucket_of(path)))
+
+
+@functools.lru_cache(maxsize=2)
+def _settings(context: SparkContext) -> Mapping[str, str]:
+    """A running context's settings (where the lake's s3a settings are, as `Lake.of` reads
+    them), asked once: they are fixed when it starts. Each ask is a JVM round trip."""
+    return types.MappingProxyType(dict(context.getConf().getAll()))
 
 
 @contextlib.contextmanager
