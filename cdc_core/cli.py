@@ -191,7 +191,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     from cdc_core.lake import Lake
     from cdc_core.pg.connect import connect
     from cdc_core.pg.discover import discover
-    from cdc_core.snapshot import condition_problem, load_jobs
+    from cdc_core.snapshot import condition_problem, load_current
     from cdc_core.start import request_snapshot
     from cdc_core.state import check_owner, refuse_retired
 
@@ -226,7 +226,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     kind = "blocking" if args.blocking else "incremental"
     print(f"{kind} snapshot of {table} requested ({path}); the next run of pipeline "
           f"{args.pipeline} reads it")  # fmt: skip
-    paused = [job.id for job in load_jobs(lake) if job.paused]
+    paused = [job.id for job in load_current(lake) if job.paused]
     if paused:  # the new one is not: it is read on the next run
         print(f"paused by a pause-snapshot signal, until a resume-snapshot one: "
               f"{', '.join(paused)}")  # fmt: skip

@@ -28,7 +28,8 @@ from cdc_core.pg import pgoutput as po
 from cdc_core.pg.catalog import describe_relation, own_rows, table_info
 from cdc_core.pg.sql_text import leaves_parentheses
 from cdc_core.snapshot_plan import Chunk, ChunkPlan, plan_chunks
-from cdc_core.state import read_json, snapshots_dir, write_json
+from cdc_core.state import finished_dir, read_json, snapshots_dir, write_json
+from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.snapshot")
 
@@ -96,7 +97,7 @@ class TableSnapshot:
 class SnapshotJob:
     """A snapshot of some tables: initial (or always / when_needed), incremental or blocking."""
 
-    id: str
+    id: str  # when it was planned, its kind and a random part: `plan_job`
     kind: Kind
     origin: str  # snapshot.mode, a signal id, the command line, a new table
     tables: list[TableSnapshot] = field(default_factory=list)
@@ -181,23 +182,52 @@ def set_paused(jobs: Sequence[SnapshotJob], *, paused: bool, now_us: int) -> lis
 
 
 def load_jobs(lake: Lake) -> list[SnapshotJob]:
-    """Every job, oldest first."""
-    folder = snapshots_dir(lake)
-    jobs = (
-        [SnapshotJob.from_json(read_json(p)) for p in folder.glob("*.json")]
-        if folder.is_dir()
-        else []
-    )
-    return sorted(jobs, key=lambda j: j.created_us)
+    """Every job, oldest first: those not yet archived (`load_current`) and the finished ones
+    archived since (`archive_finished`). For reports (`cdc status`); a batch reads only the
+    current ones."""
+    found = {j.id: j for j in _read_jobs(snapshots_dir(lake))}
+    found |= {j.id: j for j in _read_jobs(finished_dir(lake))}  # one a crash left in both
+    return sorted(found.values(), key=lambda j: j.created_us)
+
+
+def load_current(lake: Lake) -> list[SnapshotJob]:
+    """The jobs a run goes on with, oldest first: every unfinished one, and those finished
+    since a run last archived them (`archive_finished`)."""
+    return sorted(_read_jobs(snapshots_dir(lake)), key=lambda j: j.created_us)
+
+
+def _read_jobs(folder: Location) -> list[SnapshotJob]:
+    if not folder.is_dir():
+        return []
+    return [SnapshotJob.from_json(read_json(p)) for p in folder.glob("*.json")]
+
+
+def archive_finished(lake: Lake, jobs: Sequence[SnapshotJob]) -> None:
+    """Move the finished `jobs` out of the folder every batch reads, into `finished/`: a
+    pipeline that snapshots often (snapshot.mode always, a signal a day) would otherwise
+    parse every chunk plan it ever made at the start of each batch. Taken at a run's start,
+    once the signals are taken: a job saved for a signal that a crash left unmarked
+    processed is found there first, by its signal key. Written before removed, so a crash in
+    between leaves it in both (`load_jobs` counts it once, the next run moves it again)."""
+    for job in jobs:
+        if job.finished:
+            write_json(finished_dir(lake) / f"{job.id}.json", job.to_json())
+            (snapshots_dir(lake) / f"{job.id}.json").unlink(missing_ok=True)
+
+
+def finished_initial(lake: Lake) -> bool:
+    """Whether an archived job is a finished initial snapshot (its id names its kind)."""
+    folder = finished_dir(lake)
+    return folder.is_dir() and any(True for _ in folder.glob("*-initial-*.json"))
 
 
 def searched_from(lake: Lake) -> int | None:
     """Where the snapshots under way still search the staged stream: the earliest `first` of
-    a table some group of a job not stopped has read, and not yet the last one. Each of
-    its later groups looks there for rows key changes took out of its chunks (a pause can
-    hold the rest of a snapshot for days); None: no such table."""
-    firsts = [t.first for j in load_jobs(lake) if not j.stopped for t in j.tables
-              if t.first is not None and t.last is None]  # fmt: skip
+    a table some group of a job not stopped has read, and not yet the last one, nor ended.
+    Each of its later groups looks there for rows key changes took out of its chunks (a pause
+    can hold the rest of a snapshot for days); None: no such table."""
+    firsts = [t.first for j in load_current(lake) if not j.stopped for t in j.tables
+              if t.first is not None and t.last is None and not t.done]  # fmt: skip
     return min(firsts, default=None)
 
 

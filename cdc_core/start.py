@@ -53,8 +53,10 @@ from cdc_core.signals import (
 )
 from cdc_core.snapshot import (
     SnapshotJob,
+    archive_finished,
     condition_problem,
-    load_jobs,
+    finished_initial,
+    load_current,
     plan_job,
     set_paused,
 )
@@ -97,7 +99,7 @@ def requests_dir(lake: Lake) -> Location:
 def start(config: Config, lake: Lake) -> RunStart:
     """Decide, set the source up, plan jobs; raises TerminalError when the run cannot go on."""
     source = config.pipeline.source
-    jobs = _end_left_out(config, lake, load_jobs(lake))
+    jobs = _end_left_out(config, lake, load_current(lake))
     stopped = {j.id for j in jobs if j.stopped}
     earlier = {j.id for j in jobs}
     with connect(source.dsn, values=True) as conn:
@@ -149,6 +151,7 @@ def start(config: Config, lake: Lake) -> RunStart:
             _record_source(lake, slot, system, timeline)
     reset = any(d.reset for d in drifted.found)
     aborted = tuple(j.id for j in jobs if j.stopped and j.id not in stopped)
+    archive_finished(lake, jobs)  # after the signals: their keys were looked for in these
     return RunStart(decision, tuple(j for j in jobs if not j.finished), reset, aborted)
 
 
@@ -214,7 +217,9 @@ def _start_state(
     initial = [j for j in jobs if j.kind == "initial"]
     slot = slot_state(conn, config.pipeline.source.slot)
     return StartState(
-        stored_position=stored is not None or any(j.finished for j in initial),
+        stored_position=(
+            stored is not None or any(j.finished for j in initial) or finished_initial(lake)
+        ),
         snapshot_unfinished=any(not j.finished for j in initial),
         position_available=forked is None and holds_position(slot, stored, system),
     )
@@ -478,7 +483,7 @@ def _rebuild_if_dropped(conn: Conn, config: Config, lake: Lake, table: TableName
     if (lake.place(lake.silver(table)) / "_delta_log").is_dir():
         return
     history = schema_history(lake, table.qualified)
-    reading = [p.first for j in load_jobs(lake) if not j.finished for p in j.tables
+    reading = [p.first for j in load_current(lake) if not j.finished for p in j.tables
                if p.table == table and not p.done and p.first is not None]  # fmt: skip
     if not history or (reading and history[0][0] >= min(reading)):
         return  # all bronze holds of it is a first read under way: no mirror was ever made
@@ -506,7 +511,7 @@ def take_signals(config: Config, lake: Lake, running: list[SnapshotJob]) -> None
     if not table and "file" not in channels:
         return
     ids = {j.id for j in running}
-    jobs = running + [j for j in load_jobs(lake) if j.id not in ids]
+    jobs = running + [j for j in load_current(lake) if j.id not in ids]
     with connect(config.pipeline.source.dsn, values=True) as conn:
         planned = _from_signals(conn, config, lake, jobs)
         _from_signal_file(conn, config, lake, jobs + planned)

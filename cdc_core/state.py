@@ -253,7 +253,13 @@ def signal_batch_file(lake: Lake) -> Location:
 
 
 def snapshots_dir(lake: Lake) -> Location:
+    """The snapshot jobs under way, and those finished since a run last archived them."""
     return lake.state / "snapshots"
+
+
+def finished_dir(lake: Lake) -> Location:
+    """The finished snapshot jobs, archived (`snapshot.archive_finished`)."""
+    return snapshots_dir(lake) / "finished"
 
 
 def heartbeat_file(lake: Lake) -> Location:

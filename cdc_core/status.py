@@ -607,12 +607,23 @@ def _pending_line(p: PendingStatus) -> str:
     return f"{p.files} staged files ({_bytes(p.bytes)}) not yet in bronze"
 
 
+RECENT_FINISHED = 5
+"""Finished snapshots the table shows (the newest); `--json` lists every one."""
+
+
 def _snapshot_lines(snapshots: tuple[SnapshotStatus, ...]) -> list[str]:
+    """Every snapshot not finished, and the newest finished ones, oldest first."""
     if not snapshots:
         return ["none"]
-    width = max(len(s.id) for s in snapshots)
-    return [f"{s.id.ljust(width)}  {s.kind:<11}  {s.tables_done}/{s.tables_total} tables  "
-            f"{s.rows} rows  {_snapshot_state(s)}" for s in snapshots]  # fmt: skip
+    ended = [s for s in snapshots if s.finished]
+    older = {s.id for s in ended[: max(0, len(ended) - RECENT_FINISHED)]}
+    shown = [s for s in snapshots if s.id not in older]
+    width = max(len(s.id) for s in shown)
+    lines = [f"{s.id.ljust(width)}  {s.kind:<11}  {s.tables_done}/{s.tables_total} tables  "
+             f"{s.rows} rows  {_snapshot_state(s)}" for s in shown]  # fmt: skip
+    if older:
+        lines.insert(0, f"{len(older)} older finished snapshots (--json lists every one)")
+    return lines
 
 
 def _snapshot_state(s: SnapshotStatus) -> str:

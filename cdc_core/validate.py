@@ -44,7 +44,7 @@ from cdc_core.lsn import Lsn
 from cdc_core.silver import WATERMARK
 from cdc_core.silver_batch import after_position
 from cdc_core.silver_shape import SilverColumn, TableShape, column_type, table_shape
-from cdc_core.snapshot import load_jobs
+from cdc_core.snapshot import load_current
 from cdc_core.stager import relations_of
 from cdc_core.state import check_owner, schema_history
 from cdc_core.storage import Location
@@ -443,7 +443,7 @@ def _pending_work(spark: SparkSession, lake: Lake, run: _Run) -> list[str]:
     ]  # fmt: skip
     if staged:
         reasons.append(f"{len(staged)} staged change files not yet in bronze")
-    for job in load_jobs(lake):
+    for job in load_current(lake):
         if not job.stopped and any(p.table == run.table and not p.done for p in job.tables):
             reasons.append(f"snapshot {job.id} of the table not finished")
     return reasons

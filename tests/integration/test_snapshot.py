@@ -33,8 +33,9 @@ from cdc_core.pg.connect import VALUE_SETTINGS
 from cdc_core.sample.shop import create_schema, load_shop
 from cdc_core.sample.workload import WorkloadSpec, WorkloadStats, run_workload
 from cdc_core.signals import signal_table_ddl
-from cdc_core.snapshot import SnapshotJob, load_jobs
+from cdc_core.snapshot import SnapshotJob, load_current, load_jobs
 from cdc_core.snapshot_read import _import_snapshot, shared_snapshot
+from cdc_core.state import stream_file
 from tests.integration.conftest import PgServer
 from tests.integration.harness import ROOT, Pipeline, make_pipeline, sql
 from tests.integration.mirror import assert_mirror_equals_source
@@ -167,8 +168,13 @@ def test_initial_snapshot_under_workload_equals_source(
     for t in SHOP:
         assert_bronze_replays_to_source(spark, p, t)
     assert len(load_jobs(p.lake)) == 1, "a finished initial snapshot is not taken again"
+    assert load_current(p.lake) == [], "archived: a batch no longer reads it"
     assert len(sink_records(p.lake, "notifications")) == len(notes), "no snapshot, no notes"
     assert_notifications_table_equals_lines(spark, p)
+    stream_file(p.lake).unlink()  # the archived snapshot is a stored position still
+    ingest(p)
+    assert len(load_jobs(p.lake)) == 1
+    assert stream_file(p.lake).exists()
 
 
 def assert_notifications_table_equals_lines(spark: SparkSession, p: Pipeline) -> None:
