@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from cdc_core.pg.doctor import Check
 
 Command = Callable[[argparse.Namespace], int]
+DEFAULT_PG_PORT = 5432  # a new local cluster's, and the demo's, preferred port
 
 
 def guarded(command: Command, args: argparse.Namespace) -> int:
@@ -350,7 +351,9 @@ def _pg(args: argparse.Namespace) -> int:
     from cdc_core.pg.local import ensure_cluster, find_cluster, home_dir
 
     if args.action == "start":
-        cluster = ensure_cluster(args.name, port=args.port)
+        new = find_cluster(args.name) is None
+        port = args.port or (DEFAULT_PG_PORT if new else None)
+        cluster = ensure_cluster(args.name, port=port)
         print(f"PostgreSQL running: {cluster.dsn()}")
         print(f"data {cluster.data_dir}, log {cluster.log_file}")
         return EXIT_OK
@@ -495,11 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("pg", help="the local PostgreSQL cluster used by the demo")
     p.add_argument("action", choices=["start", "stop", "status", "destroy"])
     p.add_argument("--name", default="demo", help="cluster name, default demo")
-    p.add_argument("--port", type=_port, default=5432, help="preferred port when starting")
+    p.add_argument("--port", type=_port, help="preferred port when starting (default: the "
+                   f"cluster's own; {DEFAULT_PG_PORT} for a new one)")  # fmt: skip
     p.set_defaults(run=_pg)
 
     p = sub.add_parser("demo", help="start a local PostgreSQL with the shop data and run orders")
-    p.add_argument("--port", type=_port, default=5432, help="preferred port, default 5432")
+    p.add_argument("--port", type=_port, default=DEFAULT_PG_PORT,
+                   help=f"preferred port, default {DEFAULT_PG_PORT}")  # fmt: skip
     p.add_argument("--changes", type=int, default=2000, help="workload changes before ingest")
     p.add_argument("--lake", default="./lake", help="lake root, default ./lake")
     p.set_defaults(run=_demo)

@@ -94,7 +94,13 @@ def of_job(
     one asked by a signal (so all of a snapshot's notifications share it); other incremental
     snapshots (new tables, `cdc snapshot`) use the job's id."""
     data = {"connector_name": connector}
-    if kind is not NotificationType.STARTED or job.kind == "incremental":
+    if kind is NotificationType.ABORTED:  # as Debezium's: the tables a stop listed, if any
+        listed = collections is not None
+    else:  # COMPLETED carries none, nor does an initial snapshot's STARTED
+        listed = kind is not NotificationType.COMPLETED and (
+            kind is not NotificationType.STARTED or job.kind == "incremental"
+        )
+    if listed:
         tables = [t.table for t in job.tables] if collections is None else collections
         data["data_collections"] = ",".join(str(t) for t in tables)
     if part is not None and kind is NotificationType.IN_PROGRESS:

@@ -166,9 +166,10 @@ def _check_source(config: Config) -> None:
     for c in late:  # refusing to run no longer spares the source: its mirror stops alone
         log.error("%s: %s, and the table is published already: its mirror stops until fixed, "
                   "other tables go on (%s)", c.name, c.detail, c.fix)  # fmt: skip
-    if any(c not in late for c in failures):
-        failed = "; ".join(f"{c.name}: {c.detail}" for c in failures if c not in late)
-        raise TerminalError(
+    if stopping := [c for c in failures if c not in late]:
+        failed = "; ".join(f"{c.name}: {c.detail}" for c in stopping)
+        error = TransientError if all(c.passing for c in stopping) else TerminalError
+        raise error(
             f"pipeline {pipeline.name}: the source is not ready ({failed}); "
             f"run `cdc doctor --pipeline {pipeline.name}` for the fixes"
         )

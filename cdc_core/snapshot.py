@@ -106,6 +106,7 @@ class SnapshotJob:
     signal: str | None = None  # the key of the signal row that asked for it (`SignalRow.key`)
     paused_us: int | None = None  # when a pause-snapshot signal paused it; None: not paused
     paused_total_us: int = 0  # time spent paused by pauses that ended (resumed)
+    started: bool = False  # STARTED was sent (before its first read, or before a pause)
 
     @property
     def paused(self) -> bool:
@@ -148,7 +149,7 @@ class SnapshotJob:
             "id": self.id, "kind": self.kind, "origin": self.origin, "created_us": self.created_us,
             "stopped": self.stopped, "tables": [t.to_json() for t in self.tables],
             "signal": self.signal, "paused_us": self.paused_us,
-            "paused_total_us": self.paused_total_us,
+            "paused_total_us": self.paused_total_us, "started": self.started,
         }  # fmt: skip
 
     @classmethod
@@ -156,10 +157,11 @@ class SnapshotJob:
         tables = [TableSnapshot.from_json(t) for t in d["tables"]]  # type: ignore[attr-defined]
         signal = None if d.get("signal") is None else str(d["signal"])
         paused = d.get("paused_us")
+        started = d.get("started", any(t.groups_done for t in tables))  # saved before it was kept
         return cls(str(d["id"]), d["kind"], str(d["origin"]), tables, int(d["created_us"]),  # type: ignore[arg-type, call-overload]
                    bool(d.get("stopped")), signal,
                    None if paused is None else int(str(paused)),
-                   int(str(d.get("paused_total_us") or 0)))  # fmt: skip
+                   int(str(d.get("paused_total_us") or 0)), bool(started))  # fmt: skip
 
 
 def set_paused(jobs: Sequence[SnapshotJob], *, paused: bool, now_us: int) -> list[SnapshotJob]:

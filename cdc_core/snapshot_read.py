@@ -903,8 +903,9 @@ def read_jobs(
                 first = False
                 if job.stopped or job.paused or part.done:
                     break
-                if not any(t.groups_done or t.done for t in job.tables):
-                    notify.job(job, NotificationType.STARTED)  # again if a run dies before one
+                if not job.started:  # again if a run dies before it saves the group's read
+                    notify.job(job, NotificationType.STARTED)
+                    job.started = True
                 group = GroupRead(
                     job.id, job.kind, pipeline, database, part.table, part.plan,
                     tuple(by_number[c] for c in groups[n]), n, part.condition, part.query,

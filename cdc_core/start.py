@@ -612,8 +612,9 @@ def _stop(lake: Lake, jobs: list[SnapshotJob], signal: StopRequest, notify: Noti
             for part in job.tables:
                 if part.table in signal.tables and not part.done:
                     job.end(part, f"stopped by signal {signal.signal_id}")
-        if stopped:  # Debezium's ABORTED names the data collections stopped
-            notify.job(job, NotificationType.ABORTED, collections=stopped)
+        if stopped:  # Debezium's ABORTED names the data collections a signal listed
+            notify.job(job, NotificationType.ABORTED,
+                       collections=None if signal.tables is None else stopped)  # fmt: skip
         job.save(lake)
         log.info("snapshot %s stopped by signal %s", job.id, signal.signal_id)
 
@@ -624,6 +625,9 @@ def _pause(lake: Lake, jobs: list[SnapshotJob], signal: PauseRequest, notify: No
     what = "resume" if signal.resume else "pause"
     changed = set_paused(jobs, paused=not signal.resume, now_us=time.time_ns() // 1000)
     for job in changed:
+        if not job.started:  # Debezium's STARTED comes as the signal is taken, before a pause
+            notify.job(job, NotificationType.STARTED)
+            job.started = True
         notify.job(job, NotificationType.RESUMED if signal.resume else NotificationType.PAUSED)
         job.save(lake)
         log.info("snapshot %s %sd by signal %s", job.id, what, signal.signal_id)

@@ -484,8 +484,8 @@ def _problems(status: PipelineStatus, stored: object) -> list[str]:
         reader = repr(slot.reader) if slot.reader else "unknown"
         problems.append(
             f"slot {slot.name} is read now by another process (pid {slot.active_pid}, "
-            f"application_name {reader}), not by a run of this pipeline: runs wait for it to let "
-            "go, then exit 75; stop that reader (a Debezium connector still attached?)"
+            f"application_name {reader}), not by a run of this pipeline: runs exit 75 until it "
+            "lets go; stop that reader (a Debezium connector still attached?)"
         )  # fmt: skip
     if status.stale and status.progress_s is not None:
         problems.append(f"the run under way ({status.running}) has made no progress for "

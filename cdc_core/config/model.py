@@ -345,7 +345,7 @@ class Operations:
 
     @classmethod
     def parse(cls, text: str) -> Operations:
-        codes = [c.strip() for c in text.split(",") if c.strip()]
+        codes = [c.strip().lower() for c in text.split(",") if c.strip()]  # as Debezium: any case
         if codes == ["none"]:
             return cls()
         wrong = [c for c in codes if c not in ("c", "u", "d", "t")]
@@ -378,7 +378,7 @@ class Channels:
 
     @classmethod
     def from_items(cls, items: Sequence[str]) -> Channels:
-        names = [n.strip() for n in items if n.strip()]
+        names = [n.strip().lower() for n in items if n.strip()]  # a choice, taken in any case
         if names == ["none"]:
             return cls()
         chosen: set[NotificationChannel] = set()

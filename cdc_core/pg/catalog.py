@@ -84,6 +84,8 @@ class TableInfo:
     """The OIDs of the partitioned tables it is a partition of, nearest first."""
     leaves: tuple[Leaf, ...] = ()
     """A partitioned table's partitions that hold its rows (their changes are sent as its)."""
+    persistence: str = "p"
+    """relpersistence: p permanent; u unlogged and t temporary, whose changes skip the WAL."""
 
     @property
     def identity_columns(self) -> tuple[str, ...]:
@@ -244,7 +246,8 @@ SELECT t.ord, c.oid, c.relkind, pg_get_userbyid(c.relowner), c.relreplident,
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
        row_security_active(c.oid),
        ARRAY(SELECT a.relid::oid FROM pg_partition_ancestors(c.oid) WITH ORDINALITY AS a(relid, o)
-             WHERE a.relid <> c.oid ORDER BY a.o)
+             WHERE a.relid <> c.oid ORDER BY a.o),
+       c.relpersistence::text
 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
 JOIN pg_namespace n ON n.nspname = t.schema_name
 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name AND c.relkind IN ('r', 'p')
@@ -261,7 +264,7 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
     partitioned = [int(str(row[1])) for row in rows if str(row[2]) == "p"]
     leaves = _leaves(conn, partitioned) if partitioned else {}
     for (ord_, oid, relkind, owner, ident, pk, index, index_cols, select, usage, owns, cols,
-         filtered, ancestors) in rows:  # fmt: skip
+         filtered, ancestors, persistence) in rows:  # fmt: skip
         name = tables[int(ord_) - 1]
         found[name] = TableInfo(
             name=name,
@@ -279,6 +282,7 @@ def table_info(conn: Connection, tables: Sequence[TableName]) -> dict[TableName,
             row_security=bool(filtered),
             ancestors=tuple(int(a) for a in ancestors or ()),
             leaves=leaves.get(int(oid), ()),
+            persistence=str(persistence),
         )
     return found
 

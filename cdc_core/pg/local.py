@@ -52,9 +52,12 @@ def find_bindir() -> Path:
 
 
 def free_port(preferred: int | None = None) -> int:
-    """`preferred` if nothing listens on it on 127.0.0.1, else a free port the OS picks."""
+    """`preferred` if nothing listens on it on 127.0.0.1, else a free port the OS picks. The
+    probe binds as the server does (SO_REUSEADDR): connections to a server just stopped, still
+    in TIME-WAIT, do not keep it from its port."""
     for port in ([preferred] if preferred else []) + [0]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
@@ -222,15 +225,16 @@ def ensure_cluster(
 ) -> LocalPostgres:
     """Start cluster `name` under the home directory, creating it if needed (idempotent).
 
-    An existing cluster keeps its port while that is free; `port` is a preference for a new
-    one. `extra` settings are added to the standard ones at creation; `bindir`: the server's
-    binaries for a new one (`find_bindir`'s if None).
+    An existing cluster keeps its port while that is free, or moves to `port` when given; for a
+    new one `port` is a preference (None: a port the OS picks). `extra` settings are added to
+    the standard ones at creation; `bindir`: the server's binaries for a new one
+    (`find_bindir`'s if None).
     """
     cluster = find_cluster(name)
     if cluster is not None and cluster.running():
         return cluster
     if cluster is not None:
-        cluster = LocalPostgres(cluster.data_dir, free_port(cluster.port), cluster.bindir)
+        cluster = LocalPostgres(cluster.data_dir, free_port(port or cluster.port), cluster.bindir)
     else:
         data_dir = cluster_dir(name)
         shutil.rmtree(data_dir, ignore_errors=True)  # a creation that failed half way

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from cdc_core.launch import spark_submit, submit_environment
@@ -108,8 +109,16 @@ def test_the_demo_command_runs_and_says_where_everything_is(
     assert f"(data {demo_home}/demo" in out
     assert f"lake       : {lake}/orders" in out
     assert "pipeline orders:" in out
-    stop = run([sys.executable, "-m", "cdc_core.cli", "pg", "stop"], env)
+    pg = [sys.executable, "-m", "cdc_core.cli", "pg"]
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/shop"):  # the server closes
+        stop = run([*pg, "stop"], env)  # it: its end of it waits in TIME-WAIT on the port
     assert (stop.returncode, stop.stdout) == (0, "demo: stopped\n"), stop.stderr[-2000:]
-    status = run([sys.executable, "-m", "cdc_core.cli", "pg", "status"], env)
+    status = run([*pg, "status"], env)
     assert status.returncode == 1
     assert status.stdout.startswith("demo: stopped on ")
+    again = run([*pg, "start"], env)  # the DSN the demo printed still works
+    assert f"PostgreSQL running: postgresql://postgres@127.0.0.1:{port}/" in again.stdout, again
+    run([*pg, "stop"], env)
+    moved = run([*pg, "start", "--port", str(other := free_port())], env)
+    assert f"PostgreSQL running: postgresql://postgres@127.0.0.1:{other}/" in moved.stdout, moved
+    assert run([*pg, "stop"], env).returncode == 0

@@ -227,6 +227,37 @@ def test_a_missing_table_is_named_with_a_close_match(
     assert failed(report) == ["table public.ordrs"]
 
 
+def test_an_unlogged_table_fails_and_a_run_stops_on_it_in_one_line(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """Its changes never reach the WAL: PostgreSQL refuses it in a publication, so the run
+    would stop on that as an unexpected error after the doctor passed it."""
+    from tests.integration.harness import make_pipeline, sql
+
+    dsn = pg.dsn(database)
+    sql(
+        dsn,
+        "CREATE TABLE kept (id int PRIMARY KEY)",
+        "CREATE UNLOGGED TABLE ul (id int PRIMARY KEY)",
+    )
+    report = run_doctor(make_config(tmp_path, dsn, ["public.kept", "public.ul"]))
+    result = check(report, "table public.ul")
+    assert result.status == "fail"
+    assert result.detail.startswith("unlogged table: its changes are not written to the WAL")
+    assert result.fix is not None
+    assert result.fix.startswith('ALTER TABLE "public"."ul" SET LOGGED;')
+    assert failed(report) == ["table public.ul"]
+
+    p = make_pipeline(tmp_path / "run", dsn, ["public.kept", "public.ul"])
+    stopped = p.ingest("--capture-only")
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    [line] = [s for s in stopped.stderr.splitlines() if s.startswith("error:")]
+    assert "table public.ul: unlogged table" in line
+    assert "unexpected" not in stopped.stderr
+    sql(dsn, result.fix.split(";")[0])  # the statement the fix gives
+    assert run_doctor(make_config(tmp_path, dsn, ["public.kept", "public.ul"])).ok
+
+
 def test_a_role_without_replication_fails_with_the_alter_role_fix(
     pg: PgServer, shop: str, role: str, tmp_path: Path
 ) -> None:
@@ -583,8 +614,8 @@ def test_an_existing_pgoutput_slot_passes(pg: PgServer, shop: str, tmp_path: Pat
 def test_a_slot_another_process_reads_fails_and_one_a_run_of_ours_reads_passes(
     pg: PgServer, shop: str, tmp_path: Path
 ) -> None:
-    """After an import from Debezium with the connector still attached: every run waits for
-    the slot, then exits 75, and the doctor passed it."""
+    """After an import from Debezium with the connector still attached: every run exits 75
+    until it lets go of the slot, and the doctor passed it."""
     run(pg, shop, "CREATE PUBLICATION held FOR TABLE customers")
     run(pg, shop, "SELECT pg_create_logical_replication_slot('orders_cdc', 'pgoutput')")
     config = make_config(tmp_path, pg.dsn(shop))
@@ -598,8 +629,8 @@ def test_a_slot_another_process_reads_fails_and_one_a_run_of_ours_reads_passes(
     assert theirs.status == "fail"
     assert theirs.detail == (
         f'"orders_cdc" is read now by another process (pid {pid}, application_name '
-        "'debezium'), not by a run of this pipeline: a run waits for it to let go of the slot, "
-        "then exits 75"
+        "'debezium'), not by a run of this pipeline: a run exits 75 (to be retried) until it "
+        "lets go of the slot"
     )
     assert theirs.fix is not None
     assert theirs.fix.endswith(f"end its session: SELECT pg_terminate_backend({pid});")

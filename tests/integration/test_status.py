@@ -191,9 +191,12 @@ def test_status_fails_a_slot_no_run_can_read_and_one_another_process_holds(
         assert status_json(p)["problems"] == []
     with slot_reader(dsn, p.slot, f"pub_{p.slot}", "pg_recvlogical") as pid:
         data = status_json(p, expected_exit=1)
+        run = p.ingest("--capture-only")  # another try may find the slot free: 75, not 1
     assert data["slot"]["reader"] == "pg_recvlogical"
     assert data["problems"] == [
         f"slot {p.slot} is read now by another process (pid {pid}, application_name "
-        "'pg_recvlogical'), not by a run of this pipeline: runs wait for it to let go, then "
-        "exit 75; stop that reader (a Debezium connector still attached?)"
+        "'pg_recvlogical'), not by a run of this pipeline: runs exit 75 until it lets go; "
+        "stop that reader (a Debezium connector still attached?)"
     ]
+    assert run.returncode == 75, run.stderr[-2000:]
+    assert f'slot: "{p.slot}" is read now by another process (pid {pid}' in run.stderr

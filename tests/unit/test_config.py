@@ -709,6 +709,16 @@ def test_skipped_operations_and_message_prefixes_load(tmp_path: Path) -> None:
     assert source.pipeline.source.keeps_message("xaudit")  # anchored: a whole-name match
 
 
+@pytest.mark.parametrize(("text", "codes"), [("NONE", set()), ("U,T", {"u", "t"}), ("D", {"d"})])
+def test_skipped_operations_are_taken_in_any_case(
+    tmp_path: Path, text: str, codes: set[str]
+) -> None:
+    """As Debezium's: an operation code and `none` compare without case."""
+    pipeline = _with_source(f"  skipped.operations: {text}\n")
+    source = load_pipeline("orders", "local", home=write_home(tmp_path, pipeline), environ={})
+    assert source.pipeline.source.skipped_operations.codes == codes
+
+
 def test_replica_identity_rules_match_tables_in_order(tmp_path: Path) -> None:
     pipeline = _with_source(
         "  replica.identity.autoset.values: public.orders:index  orders_uk,public.*:full\n"

@@ -45,6 +45,14 @@ def test_log_and_sink_channels_load_with_the_topic_name(tmp_path: Path) -> None:
     assert notifier.sink_topic == "notes"
 
 
+def test_channels_are_taken_in_any_case(tmp_path: Path) -> None:
+    notifier = _load(tmp_path, "  notification.enabled.channels: LOG,Sink\n"
+                               "  notification.sink.topic.name: notes\n")  # fmt: skip
+    assert notifier.log_channel
+    assert notifier.sink_topic == "notes"
+    assert not _load(tmp_path, "  notification.enabled.channels: NONE\n").enabled
+
+
 def test_a_yaml_list_of_channels_loads(tmp_path: Path) -> None:
     notifier = _load(tmp_path, "  notification.enabled.channels: [log]\n")
     assert notifier.log_channel
@@ -111,6 +119,7 @@ def test_sink_records_have_debeziums_fields_in_order(tmp_path: Path) -> None:
         "connector_name": "orders", "data_collections": "public.orders,public.customers",
         "scanned_collection": "public.orders", "total_rows_scanned": "7", "status": "SUCCEEDED",
     }  # fmt: skip
+    assert records[3]["additional_data"] == {"connector_name": "orders"}  # as Debezium's
     assert len({r["id"] for r in records}) == 4  # random per notification, as in Debezium
 
 
@@ -129,6 +138,7 @@ def test_incremental_notifications_carry_the_signal_id(tmp_path: Path) -> None:
     assert records[0]["additional_data"]["data_collections"] == "public.orders,public.customers"
     assert records[1]["additional_data"]["status"] == "EMPTY"
     assert records[2]["type"] == "ABORTED"
+    assert records[2]["additional_data"] == {"connector_name": "orders"}  # no list: the whole
 
 
 def test_the_log_channel_writes_one_line_per_notification(
@@ -159,6 +169,20 @@ def test_a_stop_snapshot_signal_sends_aborted_naming_the_tables_it_stops(tmp_pat
     assert record["id"] == "s-1"
     assert record["additional_data"]["data_collections"] == "public.orders"
     assert not initial.finished  # only incremental snapshots are stopped
+
+
+def test_a_stop_snapshot_signal_without_tables_sends_aborted_without_them(tmp_path: Path) -> None:
+    """Debezium's notifyAborted without a list: only the connector's name."""
+    from cdc_core.signals import StopRequest
+    from cdc_core.start import _stop
+
+    lake = Lake(str(tmp_path))
+    notifier = Notifier(lake, "orders", sink_topic="n")
+    running = _job("incremental", "signal s-1")
+    _stop(lake, [running], StopRequest("stop-1", None), notifier)
+    (record,) = sink_records(lake, "n")
+    assert (record["type"], record["additional_data"]) == ("ABORTED", {"connector_name": "orders"})
+    assert running.stopped
 
 
 def test_a_line_cut_by_a_crash_is_ended_not_run_into(tmp_path: Path) -> None:

@@ -89,6 +89,7 @@ def test_pause_and_resume_signals_send_paused_and_resumed(tmp_path: Path) -> Non
     lake = Lake(str(tmp_path))
     notifier = Notifier(lake, "orders", sink_topic="n")
     running, initial = job(), job("initial", "snapshot.mode initial", "job-2")
+    running.started = True  # it read a group
     _pause(lake, [running, initial], PauseRequest("p-1"), notifier)
     _pause(lake, [running, initial], PauseRequest("p-2"), notifier)  # already paused: no note
     assert [j.paused for j in load_jobs(lake)] == [True]  # saved, the initial one untouched
@@ -99,6 +100,27 @@ def test_pause_and_resume_signals_send_paused_and_resumed(tmp_path: Path) -> Non
     assert {r["aggregate_type"] for r in records} == {"Incremental Snapshot"}
     assert records[0]["additional_data"]["data_collections"] == "public.orders"
     assert not load_jobs(lake)[0].paused
+
+
+def test_a_pause_before_the_first_read_sends_started_first_and_once(tmp_path: Path) -> None:
+    """Debezium sends STARTED as it takes the execute-snapshot signal, so a consumer sees it
+    before PAUSED; the read after the resume does not send it again."""
+    lake = Lake(str(tmp_path))
+    notifier = Notifier(lake, "orders", sink_topic="n")
+    waiting = job()
+    waiting.tables[0].groups_done = 0
+    _pause(lake, [waiting], PauseRequest("p-1"), notifier)
+    _pause(lake, [waiting], PauseRequest("r-1", resume=True), notifier)
+    assert [r["type"] for r in sink_records(lake, "n")] == ["STARTED", "PAUSED", "RESUMED"]
+    assert load_jobs(lake)[0].started  # saved: the read sends no second STARTED
+
+
+def test_a_job_saved_before_started_was_kept_started_if_it_read_a_group() -> None:
+    data = job().to_json()
+    del data["started"]
+    assert SnapshotJob.from_json(data).started
+    data["tables"][0]["groups_done"] = 0  # type: ignore[index]
+    assert not SnapshotJob.from_json(data).started
 
 
 def test_a_pause_with_no_incremental_snapshot_running_is_logged_and_ignored(

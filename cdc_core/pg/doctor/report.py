@@ -20,6 +20,9 @@ class Check:
     # a run's start stops on this itself, with its own error and bookkeeping (configured tables
     # a publication the product does not add to lacks: `start_publication.unpublished`)
     left_to_start: bool = False
+    # what fails it can pass by itself (another process reading the slot now): a run that
+    # finds only such failures exits 75, to be retried, not 1
+    passing: bool = False
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ def tables(ctx: Context) -> list[Check]:
             known = catalog.list_tables(ctx.conn) if known is None else known
             checks.append(_missing_table(ctx, t, known))
             continue
+        if info.persistence != "p":
+            checks.append(_not_logged(ctx, t, info))
+            continue
         fixes = _read_grants(ctx, t, info)
         clashes = column_clashes(t, info, rules)
         if clashes:
@@ -71,6 +74,23 @@ def tables(ctx: Context) -> list[Check]:
             if t in ctx.selects:
                 checks.append(_snapshot_select(ctx, t, info, ctx.selects[t], rules))
     return checks
+
+
+def _not_logged(ctx: Context, t: TableName, info: TableInfo) -> Check:
+    """An unlogged or temporary table: its changes are not in the WAL, so no slot sees them,
+    and PostgreSQL refuses it a place in a publication."""
+    kind = "unlogged" if info.persistence == "u" else "temporary"
+    leave = f"leave it out of {ctx.pipeline_file}: {ctx.source.tables_key}"
+    if kind == "unlogged":
+        logged = ctx.render("ALTER TABLE {} SET LOGGED;", table_id(t))
+        leave = (
+            f"{logged} (it rewrites the table, and its changes are logged from then on)\nor {leave}"
+        )
+    return Check(
+        f"table {t}", "fail",
+        f"{kind} table: its changes are not written to the WAL, so logical replication never "
+        "sees them (PostgreSQL refuses it in a publication)", leave,
+    )  # fmt: skip
 
 
 _BASE_TYPES = """
