@@ -184,6 +184,8 @@ def run_quality(suites: Sequence[tuple[Suite, DataFrame]], lake: Lake) -> Qualit
     (on an object store, through the lake's own client, as the driver's other files). Docs that
     cannot be written are said, and leave the verdict as it is."""
     started = time.monotonic()
+    if not suites:  # every table's comparison failed: nothing to check, no docs written
+        return QualityReport("not written (no table to check)")
     target = lake.state / SITE
     local = target if isinstance(target, Path) else None
     with tempfile.TemporaryDirectory(prefix="cdc-quality-") as scratch:

@@ -3,6 +3,8 @@ leave the verdict of the expectations as it is (the comparison was lost with the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
@@ -42,3 +44,11 @@ def test_docs_the_store_does_not_take_are_said_and_the_verdict_stands(
         ("expect_column_values_to_not_be_null", "name", False)
     ]
     assert len(report.outcomes) == 4  # two declared types, two expectations
+
+
+def test_no_table_to_check_names_no_docs(tmp_path: Path) -> None:
+    """Every table's comparison failed: no suite runs, so no index is written to point at."""
+    report = run_quality([], Lake(str(tmp_path / "lake")))
+    assert report.docs == "not written (no table to check)"
+    assert report.outcomes == []
+    assert not (tmp_path / "lake").exists()
