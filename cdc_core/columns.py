@@ -154,6 +154,11 @@ class Rule:
             return 0
         return 2 if self.v2 else 1
 
+    @property
+    def digest_chars(self) -> int:
+        """How many hex characters a hash rule's digest has (0 for other rules)."""
+        return hashlib.new(ALGORITHMS[self.algorithm]).digest_size * 2 if self.algorithm else 0
+
     def transform(self, column: ColumnDescriptor) -> Transform:
         if self.truncate is not None:
             return truncate(self.truncate)

@@ -267,6 +267,62 @@ def test_excluded_columns_and_masked_values_never_land(
     assert json.loads(updates[0]["before"])["note"] == "a long"  # the old row, truncated too
 
 
+def test_a_mask_or_truncation_of_a_key_column_stops_the_run_and_a_hash_keeps_keys_apart(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A mask gave every row one key: the mirror kept one row, and the first delete took it
+    (an empty mirror, the run exit 0). Debezium leaves the event key out of its transforms."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE m (email text PRIMARY KEY, v int)",
+        "CREATE TABLE k (id int PRIMARY KEY, code text)", "ALTER TABLE k REPLICA IDENTITY FULL",
+        "CREATE TABLE h (code char(8) PRIMARY KEY, v int)",
+        "CREATE TABLE w (email varchar(200) PRIMARY KEY, v int)",
+        *(f"INSERT INTO {t} SELECT 'user' || g || '@x', g FROM generate_series(1, 5) g"
+          for t in "mw"),
+        "INSERT INTO k SELECT g, 'code-' || g FROM generate_series(1, 5) g",
+        "INSERT INTO h SELECT 'c' || g, g FROM generate_series(1, 5) g")  # fmt: skip
+    p = make_pipeline(
+        tmp_path, dsn, ["public.m", "public.k", "public.h", "public.w"], snapshot="initial",
+        source_extra=f"""\
+            message.key.columns: public.k:code
+            column.transforms:
+              column.mask.with.4.chars: public\\.m\\.email
+              column.truncate.to.4.chars: public\\.k\\.code
+              {HASH}: public\\.h\\.code, public\\.w\\.email
+            """,
+    )  # fmt: skip
+    doctor = p.cdc("doctor", "--pipeline", "p")
+    assert doctor.returncode == 2, doctor.stdout + doctor.stderr  # failures found
+    lines = {
+        line.split()[3]: line for line in doctor.stdout.splitlines() if "key transforms" in line
+    }
+    assert sorted(lines) == ["public.h", "public.k", "public.m"], doctor.stdout  # not w
+    assert [lines[t][:4] for t in ("public.m", "public.k", "public.h")] == ["FAIL", "FAIL", "WARN"]
+    assert 'key column "email" (column.mask.with.4.chars) would be rewritten' in lines["public.m"]
+    assert 'key column "code" (column.truncate.to.4.chars)' in lines["public.k"]
+    assert "cut to 8 of its 64 hex characters by its type, char(8)" in lines["public.h"]
+    assert "or hash them instead" in doctor.stdout
+
+    stopped = p.ingest()
+    assert stopped.returncode == 1, stopped.stderr[-3000:]
+    [line] = [s for s in stopped.stderr.splitlines() if s.startswith("error:")]
+    assert 'key column "email" (column.mask.with.4.chars)' in line
+    assert not Path(p.lake.silver(TableName("public", "m"))).exists()  # nothing landed
+
+    p.edit("column.mask.with.4.chars:", "column.mask.hash.v2.SHA-256.with.salt.x:")
+    p.edit("column.truncate.to.4.chars: public\\.k\\.code", "column.truncate.to.4.chars: x")
+    ingest(p)  # the snapshot
+    sql(dsn, "UPDATE m SET v = 100 WHERE email = 'user2@x'", "DELETE FROM m WHERE email = 'user3@x'",
+        "DELETE FROM k WHERE id = 3", "UPDATE h SET v = -v")  # fmt: skip
+    ingest(p)  # the stream
+    silver = {t: spark.read.format("delta").load(p.lake.silver(TableName("public", t))).collect()
+              for t in "mkh"}  # fmt: skip
+    assert sorted(r["v"] for r in silver["m"]) == [1, 4, 5, 100]
+    assert all(len(r["email"]) == 64 for r in silver["m"])  # hashed, each key apart
+    assert sorted(r["code"] for r in silver["k"]) == [f"code-{i}" for i in (1, 2, 4, 5)]
+    assert sorted(r["v"] for r in silver["h"]) == [-5, -4, -3, -2, -1]
+
+
 def test_a_column_filter_or_transform_changed_between_runs_rebuilds_the_mirror_under_it(
     pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
 ) -> None:

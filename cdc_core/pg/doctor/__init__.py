@@ -152,6 +152,7 @@ _STEPS: tuple[tuple[str, Callable[[Context], Check | list[Check]]], ...] = (
     ("guardrail", tables.guardrail),
     ("tables", tables.tables),
     ("key_types", tables.approximate_keys),
+    ("key_transforms", tables.key_transforms),
     ("replica_identity", replica_identity.replica_identity),
     ("signal_table", tables.signal_table),
     ("encoding", server.encoding),

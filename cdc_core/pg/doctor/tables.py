@@ -9,8 +9,9 @@ import re
 import psycopg
 from psycopg import sql
 
-from cdc_core.columns import SILVER_OWN, ColumnRules
+from cdc_core.columns import CHARACTER_TYPES, SILVER_OWN, ColumnRules, declared_length
 from cdc_core.errors import first_line
+from cdc_core.events import ColumnDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import TableInfo
@@ -131,6 +132,68 @@ def approximate_keys(ctx: Context) -> list[Check]:
         exact = sorted({_EXACT[o.split(":")[0]] for o in found.values()})
         fix = f"keep key columns exact: {ctx.pipeline_file}: silver: {'; '.join(exact)}"
         checks.append(Check(f"key types {t}", "warn", detail, fix))
+    return checks
+
+
+_KEY_TYPES = """
+SELECT a.attname::text, a.atttypid::int, a.atttypmod
+FROM pg_attribute a
+WHERE a.attrelid = %s::regclass AND a.attname = ANY(%s)
+"""
+
+
+def key_transforms(ctx: Context) -> list[Check]:
+    """A column transform on a key column rewrites the key silver matches rows by. A mask
+    gives every row one key and a truncation gives keys that share their first characters
+    one: the mirror would keep one row of them, and a delete of any would take it. Debezium
+    leaves an event's key out of its transforms; here the raw key would land in clear, so a
+    run stops instead, with the ways out. A hash keeps distinct keys apart, unless it is cut
+    short to the column's declared length (varchar(n), char(n)): said, as a warning."""
+    rules = ctx.source.column_rules()
+    if not rules.rules:
+        return []
+    checks = []
+    for t, info in ctx.tables.items():
+        if info is None:
+            continue
+        key = ctx.source.message_key_columns.for_table(t, info.columns) or info.primary_key
+        rows = ctx.conn.execute(_KEY_TYPES, (str(t), list(key))).fetchall() if key else []
+        by_name = {str(name): (int(oid), int(mod)) for name, oid, mod in rows}
+        named = [c for c in key if c in by_name]
+        types = catalog.resolve_types(ctx.conn, [by_name[c] for c in named])
+        collapsing, cut = [], []
+        for c, (base, _, modifier, array) in zip(named, types, strict=True):
+            rule = rules.rule_for(f"{t.schema}.{t.name}.{c}")
+            if rule is None or array or base not in CHARACTER_TYPES:
+                continue  # transforms rewrite character values only
+            column = ColumnDescriptor(c, *by_name[c], type_name=base, in_identity=True,
+                                      base_type=base, base_modifier=modifier)  # fmt: skip
+            if rule.truncate is not None or rule.mask is not None:
+                collapsing.append(f"{quoted(c)} ({rule.key})")
+            elif (length := declared_length(column)) is not None and length < rule.digest_chars:
+                declared = f"{'char' if base == 'bpchar' else base}({length})"
+                cut.append(
+                    f"{quoted(c)} ({rule.key}, cut to {length} of its {rule.digest_chars} hex "
+                    f"characters by its type, {declared})"
+                )
+        where = f"{ctx.pipeline_file}: source.column.transforms"
+        if collapsing:
+            detail = (
+                f"key column {', '.join(collapsing)} would be rewritten: distinct keys that a "
+                "mask or truncation makes equal become one mirror row, and a delete of any of "
+                "them deletes it"
+            )
+            fix = (f"leave key columns out of the rule's columns: {where}\nor hash them "
+                   "instead (column.mask.hash.v2.SHA-256.with.salt.<salt>), which keeps "
+                   "distinct keys apart")  # fmt: skip
+            checks.append(Check(f"key transforms {t}", "fail", detail, fix))
+        elif cut:
+            detail = (
+                f"key column {', '.join(cut)}: distinct keys can hash to one value and become "
+                "one mirror row"
+            )
+            fix = f"leave key columns out of the hash, or widen them: {where}"
+            checks.append(Check(f"key transforms {t}", "warn", detail, fix))
     return checks
 
 
