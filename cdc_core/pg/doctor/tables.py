@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -109,6 +111,19 @@ _EXACT = {
 }
 
 
+def _key_rows(
+    ctx: Context, query: str
+) -> Iterator[tuple[TableName, tuple[str, ...], list[tuple[Any, ...]]]]:
+    """Each present table, its key (message.key.columns, else the primary key) and `query`'s
+    rows for the key's columns (none without a key)."""
+    for t, info in ctx.tables.items():
+        if info is None:
+            continue
+        key = ctx.source.message_key_columns.for_table(t, info.columns) or info.primary_key
+        rows = ctx.conn.execute(query, (str(t), list(key))).fetchall() if key else []
+        yield t, key, rows
+
+
 def approximate_keys(ctx: Context) -> list[Check]:
     """A key column silver types approximately (an option the pipeline sets) makes distinct
     source keys that round to one value one mirror row, as they would be one Kafka key under
@@ -116,11 +131,7 @@ def approximate_keys(ctx: Context) -> list[Check]:
     if not ctx.approximate:
         return []
     checks = []
-    for t, info in ctx.tables.items():
-        if info is None:
-            continue
-        key = ctx.source.message_key_columns.for_table(t, info.columns) or info.primary_key
-        rows = ctx.conn.execute(_BASE_TYPES, (str(t), list(key))).fetchall() if key else []
+    for t, _, rows in _key_rows(ctx, _BASE_TYPES):
         found = {str(c): ctx.approximate[str(b)] for c, b in rows if str(b) in ctx.approximate}
         if not found:
             continue
@@ -153,11 +164,7 @@ def key_transforms(ctx: Context) -> list[Check]:
     if not rules.rules:
         return []
     checks = []
-    for t, info in ctx.tables.items():
-        if info is None:
-            continue
-        key = ctx.source.message_key_columns.for_table(t, info.columns) or info.primary_key
-        rows = ctx.conn.execute(_KEY_TYPES, (str(t), list(key))).fetchall() if key else []
+    for t, key, rows in _key_rows(ctx, _KEY_TYPES):
         by_name = {str(name): (int(oid), int(mod)) for name, oid, mod in rows}
         named = [c for c in key if c in by_name]
         types = catalog.resolve_types(ctx.conn, [by_name[c] for c in named])
