@@ -943,6 +943,49 @@ def test_row_level_security_that_filters_the_role_s_reads_fails_until_it_reads_e
         assert conn.execute("SELECT count(*) FROM customers").fetchone() == (3,)
 
 
+def test_a_message_key_no_unique_index_keeps_unique_is_warned_of(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """Rows that share a message.key.columns key become one mirror row: said, unless the
+    primary key or a whole-table unique index on columns lies within the key."""
+    run(pg, database, """
+        CREATE TABLE bare (id int PRIMARY KEY, code text, v text);
+        CREATE TABLE partial (id int PRIMARY KEY, code text, v text);
+        CREATE UNIQUE INDEX ON partial (code) WHERE v IS NOT NULL;
+        CREATE TABLE lowered (id int PRIMARY KEY, code text, v text);
+        CREATE UNIQUE INDEX ON lowered (lower(code));
+        CREATE TABLE uniq (id int PRIMARY KEY, "Code" text, v text);
+        CREATE UNIQUE INDEX ON uniq ("Code") INCLUDE (v);
+        CREATE TABLE wider (id int PRIMARY KEY, code text UNIQUE, v text);
+        CREATE TABLE pk_within (id int PRIMARY KEY, code text, v text);
+    """)  # fmt: skip
+    tables = ["public.bare", "public.partial", "public.lowered", "public.uniq", "public.wider",
+              "public.pk_within"]  # fmt: skip
+    keys = {"message.key.columns": "public.(bare|partial|lowered):code;public.uniq:Code;"
+                                   "public.wider:code,v;public.pk_within:id,code"}  # fmt: skip
+    for t in tables:
+        run(pg, database, f'ALTER TABLE "{t.split(".")[1]}" REPLICA IDENTITY FULL')
+    report = run_doctor(make_config(tmp_path, pg.dsn(database), tables,
+                                    sections={"source": keys}))  # fmt: skip
+    warned = [c for c in report.checks if c.name.startswith("message key")]
+    assert [(c.name, c.status) for c in warned] == [
+        ("message key public.bare", "warn"), ("message key public.partial", "warn"),
+        ("message key public.lowered", "warn"),
+    ]  # fmt: skip
+    assert warned[0].detail == (
+        'message.key.columns key ("code") is not kept unique by a primary key or unique index: '
+        "rows that share it become one mirror row, and a delete of any of them deletes it "
+        "(cdc validate reports it as key not unique)"
+    )
+    assert warned[0].fix is not None
+    assert warned[0].fix.startswith('CREATE UNIQUE INDEX ON "public"."bare" ("code"); (if it')
+    assert report.ok, failed(report)  # a warning: the run goes on
+    run(pg, database, warned[0].fix.split(";")[0])  # the statement the fix gives
+    report = run_doctor(make_config(tmp_path, pg.dsn(database), tables,
+                                    sections={"source": keys}))  # fmt: skip
+    assert "message key public.bare" not in [c.name for c in report.checks]
+
+
 def test_a_key_column_an_option_types_approximately_is_warned_of(
     pg: PgServer, database: str, tmp_path: Path
 ) -> None:

@@ -153,6 +153,7 @@ _STEPS: tuple[tuple[str, Callable[[Context], Check | list[Check]]], ...] = (
     ("tables", tables.tables),
     ("key_types", tables.approximate_keys),
     ("key_transforms", tables.key_transforms),
+    ("message_keys", tables.message_keys),
     ("replica_identity", replica_identity.replica_identity),
     ("signal_table", tables.signal_table),
     ("encoding", server.encoding),

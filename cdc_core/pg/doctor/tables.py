@@ -204,6 +204,46 @@ def key_transforms(ctx: Context) -> list[Check]:
     return checks
 
 
+_UNIQUE_WITHIN = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_index i
+    WHERE i.indrelid = %s::regclass AND i.indisunique AND i.indisvalid
+      AND i.indpred IS NULL AND i.indexprs IS NULL
+      AND ARRAY(SELECT a.attname::text
+                FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                WHERE k.ord <= i.indnkeyatts) <@ %s::text[])
+"""
+
+
+def message_keys(ctx: Context) -> list[Check]:
+    """A message.key.columns key that no primary key or unique index (whole-table, on
+    columns) is within may repeat: rows sharing it become one mirror row, and a delete of any
+    of them deletes it, as they would be one Kafka key under Debezium (which asks for "the
+    fewest columns that are unique"). Said, as a warning: the application may keep it unique."""
+    checks = []
+    for t, info in ctx.tables.items():
+        if info is None:
+            continue
+        key = ctx.source.message_key_columns.for_table(t, info.columns)
+        if not key or (info.primary_key and set(info.primary_key) <= set(key)):
+            continue
+        ((unique,),) = ctx.conn.execute(_UNIQUE_WITHIN, (str(t), list(key))).fetchall()
+        if unique:
+            continue
+        detail = (
+            f"message.key.columns key ({', '.join(map(quoted, key))}) is not kept unique by a "
+            "primary key or unique index: rows that share it become one mirror row, and a delete "
+            "of any of them deletes it (cdc validate reports it as key not unique)"
+        )
+        columns = sql.SQL(", ").join(map(sql.Identifier, key))
+        fix = (f"{ctx.render('CREATE UNIQUE INDEX ON {} ({});', table_id(t), columns)} (if "
+               "it holds)\nor add columns to the key until it is unique: "
+               f"{ctx.pipeline_file}: source.message.key.columns")  # fmt: skip
+        checks.append(Check(f"message key {t}", "warn", detail, fix))
+    return checks
+
+
 def _row_security(ctx: Context, t: TableName, info: TableInfo) -> Check:
     """Row-level security would hand the role's reads only the rows its policies let through,
     while the stream sends every change: a snapshot would be short of rows, silently. The
