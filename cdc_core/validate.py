@@ -148,6 +148,16 @@ class _Run:
     columns: tuple[SilverColumn, ...] = ()  # silver's side of the compared columns
     whole: bool = False  # compare every key again (what silver wrote since is unknown)
     oid: int = 0  # the source table's, for the WAL the slot has not confirmed
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The columns rows are matched by: the mirror's key, unless a key column is not
+        compared (a transform SQL cannot repeat): then none, rows are a multiset of the
+        columns compared."""
+        key = self.shape.key if self.shape is not None else ()
+        compared = {c.name for c in self.columns}
+        return key if all(k in compared for k in key) else ()
+
     status: Status = "differs"
 
 
@@ -221,7 +231,8 @@ def _changed_since(spark: SparkSession, lake: Lake, run: _Run, version: int) -> 
     )  # fmt: skip
     side = None
     try:
-        side = SilverTable(changes, run.columns, run.shape.key, soft_delete=False)
+        side = SilverTable(changes, run.columns, run.key, soft_delete=False,
+                           keyed=bool(run.shape.key))  # fmt: skip
         written = side.key_hashes()
     except CapturedException as e:  # no feed of them: off, or versions before a type widened
         # in place (Delta reads them with today's schema, and refuses): every key again
@@ -285,7 +296,12 @@ def _compare(
     silver_columns, source_columns, report.not_compared = _columns(config, run.shape, live)
     run.columns = tuple(silver_columns)
     run.names = tuple(c.name for c in silver_columns)
-    key = run.shape.key
+    key = run.key
+    if run.shape.key and not key:
+        report.not_compared.append(
+            f"key {', '.join(run.shape.key)}: a key column is not compared, so rows are matched "
+            "by the columns compared, as a multiset"
+        )
     select = config.pipeline.snapshot.select_for(run.table)
     if select:
         report.not_compared.append(
@@ -295,7 +311,8 @@ def _compare(
         )
     ours = SourceTable(conn, run.table, source_columns, key, select=select)
     theirs = SilverTable(read_version(spark, lake.silver(run.table), run.pin), silver_columns, key,
-                         soft_delete=silver_settings(config).soft_delete)  # fmt: skip
+                         soft_delete=silver_settings(config).soft_delete,
+                         keyed=bool(run.shape.key))  # fmt: skip
     try:
         if first:
             result = compare(ours, theirs, run.names, keyed=bool(key), fetch_rows=fetch_rows)
@@ -346,8 +363,8 @@ def _outside_select(
     if not extras:
         return
     assert run.shape is not None
-    whole = SourceTable(conn, run.table, columns, run.shape.key)
-    outside = recheck(whole, silver, extras, run.names, keyed=bool(run.shape.key))
+    whole = SourceTable(conn, run.table, columns, run.key)
+    outside = recheck(whole, silver, extras, run.names, keyed=bool(run.key))
     run.diffs = [d for d in run.diffs if d.kind != "extra"] + outside
     resolved = sum(d.copies for d in extras) - sum(d.copies for d in outside)
     run.report.mismatching = max(0, run.report.mismatching - resolved)
@@ -405,7 +422,7 @@ def _classify(
             run.status = "pending"
             report.pending.append(f"{waiting} changes of the table in the WAL the slot has not "
                                   "confirmed yet")  # fmt: skip
-    names = list(run.shape.key) if run.shape and run.shape.key else list(run.names)
+    names = list(run.key) if run.key else list(run.names)
     listed = sorted(run.diffs, key=lambda d: (d.kind, [_natural(v) for v in d.shown]))
     report.keys = [
         KeyReport(d.kind, dict(zip(names, d.shown, strict=False)), d.columns, d.copies, run.status)

@@ -117,11 +117,13 @@ class SilverTable:
 
     def __init__(
         self, silver: DataFrame, columns: Sequence[SilverColumn], key: Sequence[str], *,
-        soft_delete: bool,
+        soft_delete: bool, keyed: bool | None = None,
     ) -> None:  # fmt: skip
+        """`key`: the columns rows are matched by (none: rows are a multiset); `keyed`: whether
+        the mirror has a key (its rows count once each), when that differs from `key`."""
         self.columns = tuple(columns)
         self.key = tuple(key)
-        rows = live_rows(silver, bool(key), soft_delete)
+        rows = live_rows(silver, bool(key) if keyed is None else keyed, soft_delete)
         tokens = [column_token(c).alias(f"_t{i}") for i, c in enumerate(self.columns)]
         at = {c.name: i for i, c in enumerate(self.columns)}
         shown = [_shown(self.columns[at[k]]) for k in self.key] or [_shown(c) for c in columns]
