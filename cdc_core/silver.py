@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from delta.tables import DeltaMergeBuilder, DeltaTable
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from cdc_core import dead_letters, delta_log, faults
 from cdc_core.envelope import MESSAGES_TABLE
@@ -32,6 +33,7 @@ from cdc_core.name_patterns import matches_any
 from cdc_core.pgtypes import DEFAULT_MODES, TypeModes
 from cdc_core.reset_marker import RESET_PREFIX
 from cdc_core.silver_batch import (
+    JSON_OPTIONS,
     REFUSED,
     after_position,
     keyed_source,
@@ -210,6 +212,7 @@ def apply_table(
     after = _position(mark[WATERMARK]) if mark else (-1, -1)
     since = shapes_since(mark)
     rows = _pending(spark, lake, table, after, frontier=frontier, slot=settings.slot)
+    rows = _past_old_keys(table, rows, history, after)
     ready = _typed_pending(rows, history, since, settings)
     summary = ready.summary if ready is not None else _summary(rows)
     if summary is not None and summary[2] is not None:  # the mirror starts over at a TRUNCATE:
@@ -260,6 +263,45 @@ def apply_table(
         _merge(spark, path, shape, typed_rows, end=end, after=after, settings=settings,
                unsent=unsent, reads=reads > 0, marks=marks)  # fmt: skip
     return TableResult(table.qualified, changes, dead_letters=set_aside)
+
+
+def _past_old_keys(
+    table: TableName, rows: DataFrame, history: list[tuple[int, RelationDescriptor]],
+    after: tuple[int, int],
+) -> DataFrame:  # fmt: skip
+    """The pending `rows`, after the table's primary key changed under them: from the last
+    TRUNCATE on (the mirror starts over there, and what came before is never applied, nor
+    typed). The mirror stops when a change of them was recorded under the old key: a delete
+    (or the old half of a key change) carries only the old key's values, which silver,
+    matching every change of the batch by the newest key, cannot match. Looked at only when
+    the shapes the pending changes may have been recorded under differ in key, so a batch of
+    a table whose key never changed reads nothing more."""
+    live = [i for i, (lsn, _) in enumerate(history) if lsn > after[0]]
+    start = max(0, live[0] - 1) if live else len(history) - 1
+    keys = list(dict.fromkeys(d.primary_key for _, d in history[start:] if d.primary_key))
+    newest = history[-1][1].primary_key
+    if len(keys) < 2 or not newest:  # a key lost: `silver_table.key_changed` says so
+        return rows
+    truncated = rows.where(F.col("op") == "t").agg(F.max(F.struct("commit_lsn", "seq"))).first()
+    if truncated is not None and truncated[0] is not None:  # from it on: at or after it
+        lsn, seq = truncated[0]
+        rows = rows.where(after_position(lsn, seq - 1))
+    struct = T.StructType([T.StructField(k, T.StringType()) for k in newest])
+    key = F.from_json("before", struct, JSON_OPTIONS)
+    missing = functools.reduce(lambda a, b: a | b, (key[k].isNull() for k in newest))
+    if rows.where((F.col("op") == "d") & missing).limit(1).count() == 0:
+        return rows
+    old = [k for k in keys if k != newest][-1]
+    raise SchemaChangeError(
+        f"table {table.qualified}: its primary key changed from ({', '.join(old)}) to "
+        f"({', '.join(newest)}) while changes recorded under the old one were still to be "
+        "applied: a delete or a key change carries only the old key's values, and the mirror "
+        f"matches rows by {', '.join(newest)} now. The mirror stops here; other tables go on. "
+        "To move on, drop the silver table and take a new snapshot of it (`cdc snapshot "
+        f"--table {table.qualified}`), which rebuilds the mirror from that snapshot on. To "
+        "change a primary key without a new snapshot, stop writes to the table, let a run "
+        "apply every change made before, change the key, then resume writes"
+    )
 
 
 def _with_unseen_applied(

@@ -92,9 +92,11 @@ def test_drift_is_healed_or_stops_only_its_table(
     }  # fmt: skip
 
 
-def _silver_rows(spark: SparkSession, p: Pipeline, t: TableName) -> list[tuple[object, ...]]:
+def _silver_rows(
+    spark: SparkSession, p: Pipeline, t: TableName, columns: tuple[str, ...] = ("id", "a", "b")
+) -> list[tuple[object, ...]]:
     df = spark.read.format("delta").load(p.lake.silver(t))
-    return sorted(tuple(r) for r in df.select("id", "a", "b").collect())
+    return sorted(tuple(r) for r in df.select(*columns).collect())
 
 
 @pytest.mark.slow
@@ -302,6 +304,53 @@ def test_a_column_renamed_only_in_case_stops_its_mirror_alone_until_rebuilt(
     run = p.ingest()
     assert run.returncode == 0, run.stderr[-3000:]
     assert assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "cased")) == 10
+
+
+def test_a_primary_key_changed_under_pending_deletes_stops_its_mirror_until_rebuilt(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Silver matches a batch's changes by the table's newest key. A delete recorded under the
+    old key carries only that key's values: the mirror stops, naming both keys and the way
+    out, rather than keep a deleted row (before: an error blaming message.key.columns). A key
+    changed after a run applied every change before it ("drained") just goes on."""
+    dsn = pg.dsn(database)
+    for t in ("moved", "drained"):
+        sql(dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, code text NOT NULL UNIQUE, v int)",
+            f"INSERT INTO {t} SELECT g, 'c' || g, g FROM generate_series(1, 20) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.moved", "public.drained"], snapshot="initial")
+    assert p.ingest().returncode == 0
+    moved, drained = TableName("public", "moved"), TableName("public", "drained")
+    # staged under the old key, not yet applied, when the key changes
+    sql(dsn, "DELETE FROM moved WHERE id = 1", "UPDATE moved SET id = 300 WHERE id = 3",
+        "UPDATE moved SET v = -2 WHERE id = 2")  # fmt: skip
+    assert p.ingest("--capture-only").returncode == 0
+    for t in ("moved", "drained"):
+        sql(dsn, f"ALTER TABLE {t} DROP CONSTRAINT {t}_pkey, ADD PRIMARY KEY (code)",
+            f"DELETE FROM {t} WHERE id = 4", f"UPDATE {t} SET code = 'x5' WHERE id = 5",
+            f"UPDATE {t} SET v = -6 WHERE id = 6")  # fmt: skip
+    before = _silver_rows(spark, p, moved, ("id", "code", "v"))
+
+    run = p.ingest()
+
+    assert run.returncode == 1, run.stderr[-3000:]
+    error = run.stderr.strip().splitlines()[-1]
+    assert "table public.moved: its primary key changed from (id) to (code)" in error
+    assert "cdc snapshot --table public.moved" in error
+    assert "message.key.columns" not in error  # not the nullable-key refusal
+    assert _silver_rows(spark, p, moved, ("id", "code", "v")) == before  # nothing landed is damaged
+    assert assert_mirror_equals_source(spark, p.lake, dsn, drained) == 19
+
+    shutil.rmtree(p.lake.silver(moved))
+    requested = p.cdc("snapshot", "--pipeline", "p", "--table", "public.moved")
+    assert requested.returncode == 0, requested.stderr
+    sql(dsn, "DELETE FROM moved WHERE id = 7", "UPDATE moved SET code = 'x8' WHERE id = 8")
+    run = p.ingest()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert assert_mirror_equals_source(spark, p.lake, dsn, moved) == 17
+    sql(dsn, "DELETE FROM moved WHERE code = 'x8'", "DELETE FROM drained WHERE code = 'x5'")
+    assert p.ingest().returncode == 0  # keyed by code from the rebuild on
+    assert assert_mirror_equals_source(spark, p.lake, dsn, moved) == 16
+    assert assert_mirror_equals_source(spark, p.lake, dsn, drained) == 18
 
 
 @pytest.mark.parametrize("soft_delete", [False, True])
