@@ -165,13 +165,14 @@ class Rule:
         if self.mask is not None:
             return mask(self.mask)
         assert self.algorithm is not None
-        return hashed(self.algorithm, self.salt, v2=self.v2, length=declared_length(column))
+        length = declared_length(column.base_type, column.base_modifier)
+        return hashed(self.algorithm, self.salt, v2=self.v2, length=length)
 
 
-def declared_length(column: ColumnDescriptor) -> int | None:
-    """n of varchar(n) / char(n); None for types without a length."""
-    if column.base_type in ("varchar", "bpchar") and column.base_modifier > 4:
-        return column.base_modifier - 4
+def declared_length(base_type: str, modifier: int) -> int | None:
+    """n of varchar(n) / char(n) (a base type and its modifier); None for types without one."""
+    if base_type in ("varchar", "bpchar") and modifier > 4:
+        return modifier - 4
     return None
 
 

@@ -148,6 +148,7 @@ class _Run:
     columns: tuple[SilverColumn, ...] = ()  # silver's side of the compared columns
     whole: bool = False  # compare every key again (what silver wrote since is unknown)
     oid: int = 0  # the source table's, for the WAL the slot has not confirmed
+    status: Status = "differs"
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -157,8 +158,6 @@ class _Run:
         key = self.shape.key if self.shape is not None else ()
         compared = {c.name for c in self.columns}
         return key if all(k in compared for k in key) else ()
-
-    status: Status = "differs"
 
 
 def validate(config: Config, spark: SparkSession, options: Options) -> Report:

@@ -13,7 +13,6 @@ from psycopg import sql
 
 from cdc_core.columns import CHARACTER_TYPES, SILVER_OWN, ColumnRules, declared_length
 from cdc_core.errors import first_line
-from cdc_core.events import ColumnDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.pg import catalog
 from cdc_core.pg.catalog import TableInfo
@@ -173,11 +172,10 @@ def key_transforms(ctx: Context) -> list[Check]:
             rule = rules.rule_for(f"{t.schema}.{t.name}.{c}")
             if rule is None or array or base not in CHARACTER_TYPES:
                 continue  # transforms rewrite character values only
-            column = ColumnDescriptor(c, *by_name[c], type_name=base, in_identity=True,
-                                      base_type=base, base_modifier=modifier)  # fmt: skip
+            length = declared_length(base, modifier)
             if rule.truncate is not None or rule.mask is not None:
                 collapsing.append(f"{quoted(c)} ({rule.key})")
-            elif (length := declared_length(column)) is not None and length < rule.digest_chars:
+            elif length is not None and length < rule.digest_chars:
                 declared = f"{'char' if base == 'bpchar' else base}({length})"
                 cut.append(
                     f"{quoted(c)} ({rule.key}, cut to {length} of its {rule.digest_chars} hex "
