@@ -58,7 +58,7 @@ from cdc_core.silver_table import sql_name
 from cdc_core.snapshot import searched_from
 from cdc_core.spark import build_spark
 from cdc_core.stager import staged_files
-from cdc_core.state import check_owner, known_tables_file, read_json, record_pruned
+from cdc_core.state import check_owner, finished_dir, known_tables_file, read_json, record_pruned
 from cdc_core.storage import Location, is_local
 
 log = logging.getLogger("cdc_core.maintenance")
@@ -154,6 +154,18 @@ class StagedReport:
 
 
 @dataclass(frozen=True)
+class JobsReport:
+    """Finished snapshot jobs removed from the archive, and those kept."""
+
+    removed: int
+    kept: int
+
+    def describe(self) -> str:
+        return (f"finished snapshot jobs: {self.removed} removed (archived longer ago than the "
+                f"retention), {self.kept} kept")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class MaintenanceSummary:
     """What a run did, a line per table; `conflicts` name the tables to run again."""
 
@@ -162,6 +174,7 @@ class MaintenanceSummary:
     staged: StagedReport
     tables: tuple[TableReport, ...]
     seconds: float
+    jobs: JobsReport | None = None  # None: maintenance.snapshot_jobs_retention_days unset
 
     @property
     def conflicts(self) -> list[str]:
@@ -170,7 +183,9 @@ class MaintenanceSummary:
     def describe(self) -> str:
         head = f"maintenance of pipeline {self.pipeline}: lake {self.lake_root} "
         head += f"({self.seconds:.1f} s)"
-        return "\n".join([head, self.staged.describe(), *(t.describe() for t in self.tables)])
+        jobs = [self.jobs.describe()] if self.jobs is not None else []
+        return "\n".join([head, self.staged.describe(), *jobs,
+                          *(t.describe() for t in self.tables)])  # fmt: skip
 
 
 def maintain(config: Config) -> MaintenanceSummary:
@@ -196,6 +211,10 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
     run = RunSettings.of(spark, config)
     staged = remove_applied_staged(lake, applied_end(spark, lake), settings.staged_retention_hours,
                                    held_from=searched_from(lake))  # fmt: skip
+    jobs = None
+    if settings.snapshot_jobs_retention_days is not None:
+        days = settings.snapshot_jobs_retention_days
+        jobs = remove_archived_jobs(lake, time.time() - days * _MS_PER_DAY / 1000)
     retention = None
     if settings.bronze_retention_days is not None:
         merged = silver_positions(spark, lake, pipeline.source.tables)
@@ -221,7 +240,7 @@ def _maintain(config: Config, lake: Lake) -> MaintenanceSummary:
         reports.append(maintain_table(spark, name, path, key, run, delete=delete,
                                       before_delete=noted))  # fmt: skip
     return MaintenanceSummary(pipeline.name, lake.root, staged, tuple(reports),
-                              time.monotonic() - started)  # fmt: skip
+                              time.monotonic() - started, jobs)  # fmt: skip
 
 
 def control_tables(
@@ -446,6 +465,27 @@ def remove_applied_staged(
         removed += 1
     pending = sum(1 for f in files if f.end > applied)
     return StagedReport(removed, pending, recent, held)
+
+
+def remove_archived_jobs(lake: Lake, cutoff: float) -> JobsReport:
+    """Remove the finished snapshot jobs archived before `cutoff` (seconds since the epoch, by
+    the file's modification time: when `snapshot.archive_finished` wrote it), so that the
+    archive does not grow for as long as the pipeline lives (`snapshot.mode: always`, a signal
+    a day). The newest finished initial snapshot always stays: `snapshot.finished_initial`
+    answers snapshot.mode's question by it."""
+    folder = finished_dir(lake)
+    if not folder.is_dir():
+        return JobsReport(0, 0)
+    archived: list[Location] = list(folder.glob("*.json"))
+    archived.sort(key=lambda p: p.name)  # a job's id begins with its time
+    initial = [p.name for p in archived if "-initial-" in p.name]
+    removed = 0
+    for path in archived:
+        if (initial and path.name == initial[-1]) or not _older(path, cutoff):
+            continue
+        path.unlink(missing_ok=True)
+        removed += 1
+    return JobsReport(removed, len(archived) - removed)
 
 
 def _older(path: Location, cutoff: float) -> bool:

@@ -201,7 +201,8 @@ def load_current(lake: Lake) -> list[SnapshotJob]:
 def _read_jobs(folder: Location) -> list[SnapshotJob]:
     if not folder.is_dir():
         return []
-    return [SnapshotJob.from_json(read_json(p)) for p in folder.glob("*.json")]
+    found = (read_json(p) for p in folder.glob("*.json"))
+    return [SnapshotJob.from_json(d) for d in found if d is not None]  # None: removed since
 
 
 def archive_finished(lake: Lake, jobs: Sequence[SnapshotJob]) -> None:

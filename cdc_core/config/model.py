@@ -1400,11 +1400,20 @@ class MaintenanceConfig:
                       "0: every merged row. A mirror dropped afterwards is rebuilt from a "
                       "snapshot (`cdc snapshot`), not from bronze"),
     )  # fmt: skip
+    snapshot_jobs_retention_days: int | None = field(
+        default=30,
+        metadata=meta("remove a finished snapshot job's record (_state/snapshots/finished, "
+                      "what cdc status lists) this many days after the run that archived it; "
+                      "the newest finished initial snapshot always stays (snapshot.mode "
+                      "decides by it); snapshot notifications, when on, keep every snapshot's "
+                      "record. Unset (null): keep them all"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         for key, most in (("vacuum_retention_hours", _CENTURY_H),
                           ("staged_retention_hours", _CENTURY_H),
-                          ("bronze_retention_days", _CENTURY_H // 24)):  # fmt: skip
+                          ("bronze_retention_days", _CENTURY_H // 24),
+                          ("snapshot_jobs_retention_days", _CENTURY_H // 24)):  # fmt: skip
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise FieldError(key, f"{value} is negative: give 0 or more")

@@ -77,6 +77,7 @@ def test_maintenance_compacts_vacuums_and_removes_only_staged_files_bronze_holds
     assert any(line.startswith("metrics: ") and "files compacted into 1" in line
                for line in lines), run.stdout  # fmt: skip
     assert any(line.startswith("staged files: ") for line in lines)
+    assert any(line.startswith("finished snapshot jobs: 0 removed") for line in lines), lines
     for path, before in files_before.items():
         assert live_files(spark, path) < before, f"{path}: OPTIMIZE did not compact"
         history = DeltaTable.forPath(spark, path).history().collect()

@@ -11,9 +11,10 @@ import pytest
 from cdc_core.config import load_pipeline
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
-from cdc_core.maintenance import remove_applied_staged
-from cdc_core.snapshot import searched_from
+from cdc_core.maintenance import remove_applied_staged, remove_archived_jobs
+from cdc_core.snapshot import archive_finished, finished_initial, load_jobs, searched_from
 from cdc_core.stager import StagedFile
+from cdc_core.state import finished_dir
 from tests.unit.test_config import CONTRACT, load_error, write_home
 from tests.unit.test_snapshot_pause import job
 
@@ -24,10 +25,23 @@ def test_maintenance_defaults_keep_bronze_and_delta_s_safety_retention(tmp_path:
     assert (m.optimize, m.vacuum, m.vacuum_retention_check) == (True, True, True)
     assert (m.vacuum_retention_hours, m.staged_retention_hours) == (168, 24)
     assert m.bronze_retention_days is None  # keep bronze forever
+    assert m.snapshot_jobs_retention_days == 30
+
+
+def test_finished_snapshot_jobs_are_kept_when_their_retention_is_unset(tmp_path: Path) -> None:
+    home = write_home(tmp_path, CONTRACT + "maintenance:\n  snapshot_jobs_retention_days: null\n")
+    config = load_pipeline("orders", "local", home=home, environ={})
+    assert config.pipeline.maintenance.snapshot_jobs_retention_days is None
 
 
 @pytest.mark.parametrize(
-    "key", ["vacuum_retention_hours", "staged_retention_hours", "bronze_retention_days"]
+    "key",
+    [
+        "vacuum_retention_hours",
+        "staged_retention_hours",
+        "bronze_retention_days",
+        "snapshot_jobs_retention_days",
+    ],
 )
 def test_negative_retention_fails_at_load_naming_the_key(tmp_path: Path, key: str) -> None:
     message = load_error(tmp_path, CONTRACT + f"maintenance:\n  {key}: -1\n")
@@ -40,6 +54,7 @@ def test_negative_retention_fails_at_load_naming_the_key(tmp_path: Path, key: st
         ("vacuum_retention_hours", 876_600, ""),
         ("staged_retention_hours", 876_600, ""),
         ("bronze_retention_days", 36_525, ", or leave it unset to keep bronze whole"),
+        ("snapshot_jobs_retention_days", 36_525, ""),
     ],
 )
 def test_a_retention_past_a_century_fails_at_load_naming_the_key(
@@ -132,3 +147,37 @@ def test_a_snapshot_that_reads_no_more_holds_no_staged_file(tmp_path: Path, done
         j.tables[0].first = None
     j.save(lake)
     assert searched_from(lake) is None
+
+
+def _archived(lake: Lake, ident: str, kind: str, age_days: float) -> None:
+    finished = job(kind, ident=ident)
+    finished.tables[0].done = True
+    archive_finished(lake, [finished])
+    then = time.time() - age_days * 86_400
+    os.utime(finished_dir(lake) / f"{ident}.json", (then, then))
+
+
+def test_finished_snapshot_jobs_past_their_retention_are_removed_but_the_newest_initial(
+    tmp_path: Path,
+) -> None:
+    """`cdc status` parses every archived job: a pipeline that snapshots every run or on a
+    signal a day would grow that without end. The newest finished initial snapshot stays, since
+    snapshot.mode's decision (`finished_initial`) looks for it."""
+    lake = Lake(str(tmp_path))
+    _archived(lake, "20260101T000000-initial-aaaaaa", "initial", 90)
+    _archived(lake, "20260201T000000-initial-bbbbbb", "initial", 60)
+    _archived(lake, "20260202T000000-incremental-cccccc", "incremental", 59)
+    _archived(lake, "20260301T000000-incremental-dddddd", "incremental", 2)
+    report = remove_archived_jobs(lake, time.time() - 30 * 86_400)
+    assert (report.removed, report.kept) == (2, 2)
+    assert [j.id for j in load_jobs(lake)] == [
+        "20260201T000000-initial-bbbbbb",
+        "20260301T000000-incremental-dddddd",
+    ]
+    assert finished_initial(lake)
+    assert "2 removed" in report.describe()
+    assert "2 kept" in report.describe()
+    report = remove_archived_jobs(lake, time.time())  # a retention of 0 days
+    assert (report.removed, report.kept) == (1, 1)
+    assert finished_initial(lake), "the newest finished initial snapshot always stays"
+    assert remove_archived_jobs(Lake(str(tmp_path / "new")), time.time()).kept == 0
