@@ -11,6 +11,8 @@ to say so:
 - in a table without a key, a dropped column or a type change that rewrites values' text
   (numeric(10,2) -> numeric(12,4), real -> double precision): its mirror is a multiset that
   knows each row by the text of its values, so a later change's old row would match nothing;
+- a column's values computed again by `ALTER ... TYPE ... USING expr` to its own type (or one
+  that stores values as they are): the catalog keeps the type, the table's storage is new;
 - in a partitioned table, a partition detached or dropped (its rows stay in the mirror), or a
   table holding rows attached as a partition (its rows never stream);
 - not a schema change but the pipeline's: a column's filter or transform changed (excluded,
@@ -42,8 +44,10 @@ Conn = psycopg.Connection[tuple[object, ...]]
 class CatalogEntry:
     """A table as the catalog has it now: its oid, its columns by attnum, the columns existing
     rows may hold a value for that no change carried (default, identity, NOT NULL), their types
-    by attnum (`format_type`), whether it has a primary key, and its storage (its relfilenode, a
-    new one each time the table is rewritten; a partitioned table's partitions' as `oid:node`)."""
+    by attnum (`format_type`), whether it has a primary key, its storage (its relfilenode, a
+    new one each time the table is rewritten; a partitioned table's partitions' as `oid:node`),
+    and the version of each column's catalog row by attnum (its `pg_attribute` row's xmin: an
+    ALTER of the column writes a new one, a VACUUM FULL or a CLUSTER does not)."""
 
     oid: int
     columns: Mapping[int, str]
@@ -53,6 +57,7 @@ class CatalogEntry:
     storage: str = ""
     members: tuple[Member, ...] = ()  # a partitioned table's partitions (not recorded)
     rules: Mapping[str, str] = field(default_factory=dict)  # `ColumnRules.applied`
+    versions: Mapping[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -60,6 +65,7 @@ class CatalogEntry:
             "columns": {str(n): c for n, c in self.columns.items()},
             "types": {str(n): t for n, t in self.types.items()},
             "storage": self.storage,
+            "column_versions": {str(n): v for n, v in self.versions.items()},
             "column_rules": dict(self.rules),
         }
 
@@ -79,7 +85,7 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
         """
         SELECT t.ord, c.oid::bigint, a.attnum, a.attname::text,
                a.atthasdef OR a.atthasmissing OR a.attnotnull OR a.attidentity <> '',
-               format_type(a.atttypid, a.atttypmod), k.primary_key, k.storage
+               format_type(a.atttypid, a.atttypmod), k.primary_key, k.storage, a.xmin::text
         FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema_name, table_name, ord)
         JOIN pg_namespace n ON n.nspname = t.schema_name
         JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.table_name
@@ -103,15 +109,18 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
     oids: dict[int, int] = {}
     keyed: dict[int, bool] = {}
     storage: dict[int, str] = {}
-    for ordinal, oid, attnum, name, has_value, type_name, primary_key, files in rows:
+    versions: dict[int, dict[int, str]] = {}
+    for ordinal, oid, attnum, name, has_value, type_name, primary_key, files, version in rows:
         i = int(ordinal) - 1
         oids[i], keyed[i], storage[i] = int(oid), bool(primary_key), str(files or "")
         columns.setdefault(i, {})
         valued.setdefault(i, set())
         types.setdefault(i, {})
+        versions.setdefault(i, {})
         if attnum is not None:  # a table with no columns has one row of NULLs
             columns[i][int(attnum)] = str(name)
             types[i][int(attnum)] = str(type_name)
+            versions[i][int(attnum)] = str(version)
             if has_value:
                 valued[i].add(str(name))
     partitioned = [oids[i] for i, files in storage.items() if ":" in files]
@@ -125,6 +134,7 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
             keyed[i],
             storage[i],
             members.get(oid, ()),
+            versions=versions[i],
         )
         for i, oid in oids.items()
     }
@@ -192,6 +202,7 @@ def drifts(
         reasons = [f"renamed column {', '.join(renamed)}"] if renamed else []
         reasons += _added(before, names, entry)
         reasons += _rewritten(before, names, entry, multiset=table in multisets)
+        reasons += _recomputed(before, names, entry)
         reasons += _partitions(before, entry)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
@@ -314,6 +325,60 @@ def _rewritten(
     elif out:
         out[-1] += ", rewriting its rows in place"
     return out
+
+
+def _recomputed(
+    before: Mapping[str, Any], names: Mapping[int, str], entry: CatalogEntry
+) -> list[str]:
+    """Columns whose values an `ALTER ... TYPE ... USING expr` computed again: the column was
+    altered (its catalog row is new), the table was rewritten (its storage is new), and the type
+    it has now would not have rewritten it (the same type, a longer string, ...): the USING
+    expression did, and no change carried its values. Under a type change that rewrites the
+    table anyway (integer -> bigint, arrays), a USING expression is not told from a plain
+    change. A VACUUM FULL in the same interval as another ALTER of the column (SET NOT NULL,
+    SET STATISTICS, a column GRANT) looks the same: the table is read again for nothing.
+    An entry recorded before versions were tells nothing. `names`: `before`'s columns."""
+    versions = {int(n): str(v) for n, v in dict(before.get("column_versions") or {}).items()}
+    types = {int(n): str(t) for n, t in dict(before.get("types") or {}).items()}
+    if not _storage_rewritten(str(before.get("storage") or ""), entry.storage):
+        return []
+    altered = [
+        c for n, c in entry.columns.items()
+        if n in versions and n in types and n in entry.types and names.get(n) == c
+        and entry.versions.get(n, versions[n]) != versions[n]
+        and _stored_as_is(types[n], entry.types[n])
+    ]  # fmt: skip
+    if not altered:
+        return []
+    return [f"column {', '.join(altered)} computed again in a rewrite of the table (ALTER ... "
+            "TYPE ... USING)"]  # fmt: skip
+
+
+def _stored_as_is(old: str, new: str) -> bool:
+    """Whether `ALTER ... TYPE new` without USING leaves a column of type `old` as it is
+    stored, with no rewrite of the table (`format_type`s): the same type, a longer or unbounded
+    string, a numeric of more precision at its scale or unconstrained, a finer timestamp or
+    time. Checked against PostgreSQL 15; any other change rewrites the table by itself."""
+    if old == new:
+        return True
+    if "[" in old or "[" in new:
+        return False
+    if old.partition("(")[0] in _STRINGS and new.partition("(")[0] in _STRINGS:
+        was_long, now_long = _length(old), _length(new)
+        return now_long is None or (was_long is not None and was_long <= now_long)
+    if old.startswith("numeric("):
+        if new == "numeric":
+            return True
+        return new.startswith("numeric(") and _scale(new) == _scale(old) and (
+            _digits(new)[0] >= _digits(old)[0])  # fmt: skip
+    was, now = _temporal(old), _temporal(new)
+    return was is not None and now is not None and was[0] == now[0] and was[1] <= now[1]
+
+
+def _length(string_type: str) -> int | None:
+    """A varchar's length; None for text or a varchar without one."""
+    found = re.search(r"\((\d+)\)", string_type)
+    return int(found[1]) if found else None
 
 
 _INTEGERS = frozenset({"smallint", "integer", "bigint"})

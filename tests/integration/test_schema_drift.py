@@ -212,7 +212,9 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
     double), changes that text with no change in the stream: a later delete's old row would
     match nothing in the mirror, and the row would stay. A keyed table finds rows by their key,
     but char(n) -> text trims every value in place, and a real changed in the batch before the
-    ALTER to double would be typed as a double. The run reads such tables again."""
+    ALTER to double would be typed as a double, and `ALTER ... TYPE ... USING expr` to the same
+    type computes every value again. The run reads such tables again; a VACUUM FULL, which
+    rewrites the table and keeps its values, is not read again."""
     dsn = pg.dsn(database)
     tables = ("dropped", "rescaled", "doubled", "widened")
     for t in tables:  # rows 1-5 twice: counts of 2
@@ -220,7 +222,7 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
             f"ALTER TABLE {t} REPLICA IDENTITY FULL",
             f"INSERT INTO {t} SELECT g % 15, 'b' || g, g + 0.5, g + 0.1 "
             "FROM generate_series(1, 20) g")  # fmt: skip
-    keyed = ("padded", "scaled", "readded", "backfilled")
+    keyed = ("padded", "scaled", "readded", "backfilled", "recomputed", "vacuumed")
     for t in keyed:
         sql(dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, c char(4), r real, n numeric(10,2))",
             f"INSERT INTO {t} SELECT g, 'c' || g, g + 0.1, g + 0.5 FROM generate_series(1, 20) g")  # fmt: skip
@@ -239,7 +241,11 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
         "UPDATE readded SET c = 'new' WHERE id = 1",
         # a backfill by a volatile default, dropped before the run: the catalog forgets it
         "ALTER TABLE backfilled ADD COLUMN x float8 DEFAULT random()",
-        "ALTER TABLE backfilled ALTER x DROP DEFAULT", "UPDATE backfilled SET r = 0 WHERE id = 1")  # fmt: skip
+        "ALTER TABLE backfilled ALTER x DROP DEFAULT", "UPDATE backfilled SET r = 0 WHERE id = 1",
+        # the catalog keeps the type: the column's catalog row and the table's storage are new
+        "ALTER TABLE recomputed ALTER n TYPE numeric(10,2) USING n * 2",
+        "UPDATE recomputed SET r = 0 WHERE id = 1",
+        "VACUUM FULL vacuumed", "CLUSTER vacuumed USING vacuumed_pkey")  # fmt: skip
     for t in tables:
         sql(dsn, f"DELETE FROM {t} WHERE a IN (1, 7)", f"UPDATE {t} SET a = -a WHERE a = 2")
 
@@ -265,7 +271,12 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
     ) in run.stderr
     assert "table public.readded: column c dropped and added again" in run.stderr
     assert "table public.backfilled: added column x in a rewrite of the table" in run.stderr
+    assert (
+        "table public.recomputed: column n computed again in a rewrite of the table (ALTER ... "
+        "TYPE ... USING)"
+    ) in run.stderr
     assert "public.widened" not in run.stderr
+    assert "public.vacuumed" not in run.stderr
     assert "public.scaled" not in run.stderr
     sql(dsn, *(f"DELETE FROM {t} WHERE a IN (3, 8)" for t in tables))  # streamed again
     assert p.ingest().returncode == 0
