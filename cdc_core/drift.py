@@ -13,6 +13,8 @@ to say so:
   knows each row by the text of its values, so a later change's old row would match nothing;
 - a column's values computed again by `ALTER ... TYPE ... USING expr` to its own type (or one
   that stores values as they are): the catalog keeps the type, the table's storage is new;
+- an enum value renamed (`ALTER TYPE ... RENAME VALUE`): every row holding it reads it under
+  the new name, with no change;
 - in a partitioned table, a partition detached or dropped (its rows stay in the mirror), or a
   table holding rows attached as a partition (its rows never stream);
 - not a schema change but the pipeline's: a column's filter or transform changed (excluded,
@@ -46,8 +48,10 @@ class CatalogEntry:
     rows may hold a value for that no change carried (default, identity, NOT NULL), their types
     by attnum (`format_type`), whether it has a primary key, its storage (its relfilenode, a
     new one each time the table is rewritten; a partitioned table's partitions' as `oid:node`),
-    and the version of each column's catalog row by attnum (its `pg_attribute` row's xmin: an
-    ALTER of the column writes a new one, a VACUUM FULL or a CLUSTER does not)."""
+    the version of each column's catalog row by attnum (its `pg_attribute` row's xmin: an
+    ALTER of the column writes a new one, a VACUUM FULL or a CLUSTER does not), and the labels
+    of the enum types its columns hold (directly, in a domain or in an array), by the label's
+    oid, which a RENAME VALUE keeps: (the enum type, the label)."""
 
     oid: int
     columns: Mapping[int, str]
@@ -58,6 +62,7 @@ class CatalogEntry:
     members: tuple[Member, ...] = ()  # a partitioned table's partitions (not recorded)
     rules: Mapping[str, str] = field(default_factory=dict)  # `ColumnRules.applied`
     versions: Mapping[int, str] = field(default_factory=dict)
+    labels: Mapping[int, tuple[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -66,6 +71,7 @@ class CatalogEntry:
             "types": {str(n): t for n, t in self.types.items()},
             "storage": self.storage,
             "column_versions": {str(n): v for n, v in self.versions.items()},
+            "enum_labels": {str(n): list(pair) for n, pair in self.labels.items()},
             "column_rules": dict(self.rules),
         }
 
@@ -125,6 +131,7 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
                 valued[i].add(str(name))
     partitioned = [oids[i] for i, files in storage.items() if ":" in files]
     members = _members(conn, partitioned) if partitioned else {}
+    labels = _enum_labels(conn, list(oids.values()))
     return {
         tables[i]: CatalogEntry(
             oid,
@@ -135,9 +142,36 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
             storage[i],
             members.get(oid, ()),
             versions=versions[i],
+            labels=labels.get(oid, {}),
         )
         for i, oid in oids.items()
     }
+
+
+def _enum_labels(conn: Conn, oids: Sequence[int]) -> dict[int, dict[int, tuple[str, str]]]:
+    """The labels of the enum types each table's columns hold, through domains and arrays, by
+    table oid and the label's oid: (the enum type, the label)."""
+    rows: list[tuple[Any, ...]] = conn.execute(
+        """
+        WITH RECURSIVE held(relid, typid) AS (
+            SELECT a.attrelid, a.atttypid
+            FROM pg_attribute a
+            WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped
+            UNION
+            SELECT h.relid, CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.typelem END
+            FROM held h JOIN pg_type t ON t.oid = h.typid
+            WHERE t.typtype = 'd'
+               OR (t.typelem <> 0 AND t.typsubscript = 'array_subscript_handler'::regproc)
+        )
+        SELECT h.relid::bigint, e.oid::bigint, format_type(e.enumtypid, NULL), e.enumlabel::text
+        FROM held h JOIN pg_enum e ON e.enumtypid = h.typid
+        """,
+        (list(oids),),
+    ).fetchall()
+    found: dict[int, dict[int, tuple[str, str]]] = {}
+    for relid, label_oid, type_name, label in rows:
+        found.setdefault(int(relid), {})[int(label_oid)] = (str(type_name), str(label))
+    return found
 
 
 @dataclass(frozen=True)
@@ -203,6 +237,7 @@ def drifts(
         reasons += _added(before, names, entry)
         reasons += _rewritten(before, names, entry, multiset=table in multisets)
         reasons += _recomputed(before, names, entry)
+        reasons += _relabeled(before, entry)
         reasons += _partitions(before, entry)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
@@ -352,6 +387,29 @@ def _recomputed(
         return []
     return [f"column {', '.join(altered)} computed again in a rewrite of the table (ALTER ... "
             "TYPE ... USING)"]  # fmt: skip
+
+
+def _relabeled(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
+    """Enum values renamed (`ALTER TYPE ... RENAME VALUE`): the label keeps its oid, and every
+    row holding it reads it under the new name with no change, while the mirror holds the old
+    one. An entry recorded before labels were tells nothing."""
+    then = before.get("enum_labels")
+    if not isinstance(then, dict):
+        return []
+    renamed = []
+    for oid, (type_name, label) in sorted(entry.labels.items()):
+        old = then.get(str(oid))
+        if isinstance(old, list) and len(old) == 2 and old[1] != label:
+            renamed.append(f"{type_name} {_literal(str(old[1]))} -> {_literal(label)}")
+    if not renamed:
+        return []
+    return [f"enum value renamed ({', '.join(renamed)}: rows holding it read the new name, "
+            "which no change carried)"]  # fmt: skip
+
+
+def _literal(text: str) -> str:
+    """`text` as an SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _stored_as_is(old: str, new: str) -> bool:

@@ -213,8 +213,9 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
     match nothing in the mirror, and the row would stay. A keyed table finds rows by their key,
     but char(n) -> text trims every value in place, and a real changed in the batch before the
     ALTER to double would be typed as a double, and `ALTER ... TYPE ... USING expr` to the same
-    type computes every value again. The run reads such tables again; a VACUUM FULL, which
-    rewrites the table and keeps its values, is not read again."""
+    type computes every value again, and an enum value renamed reads under its new name in
+    every row holding it. The run reads such tables again; a VACUUM FULL, which rewrites the
+    table and keeps its values, is not read again."""
     dsn = pg.dsn(database)
     tables = ("dropped", "rescaled", "doubled", "widened")
     for t in tables:  # rows 1-5 twice: counts of 2
@@ -226,7 +227,15 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
     for t in keyed:
         sql(dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, c char(4), r real, n numeric(10,2))",
             f"INSERT INTO {t} SELECT g, 'c' || g, g + 0.1, g + 0.5 FROM generate_series(1, 20) g")  # fmt: skip
-    p = make_pipeline(tmp_path, dsn, [f"public.{t}" for t in tables + keyed], snapshot="initial")
+    sql(dsn, "CREATE TYPE mood AS ENUM ('sad', 'ok')", "CREATE DOMAIN calm AS mood",
+        "CREATE TABLE relabeled (id int PRIMARY KEY, m mood, ms mood[], c calm)",
+        "INSERT INTO relabeled SELECT g, m, ARRAY[m, 'ok'], m "
+        "FROM generate_series(1, 20) g, LATERAL (SELECT (ARRAY['sad', 'ok'])[g % 2 + 1]::mood) x(m)",
+        "CREATE TABLE relabeled_bag (a int, m mood)", "ALTER TABLE relabeled_bag REPLICA IDENTITY FULL",
+        "INSERT INTO relabeled_bag SELECT g % 4, 'sad' FROM generate_series(1, 8) g")  # fmt: skip
+    keyed += ("relabeled",)
+    captured = [f"public.{t}" for t in (*tables, *keyed, "relabeled_bag")]
+    p = make_pipeline(tmp_path, dsn, captured, snapshot="initial")
     assert p.ingest().returncode == 0
     # widened and scaled: their values stay, nothing to read again
     sql(dsn, "ALTER TABLE dropped DROP COLUMN b", "ALTER TABLE rescaled ALTER n TYPE numeric(12,4)",
@@ -245,7 +254,10 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
         # the catalog keeps the type: the column's catalog row and the table's storage are new
         "ALTER TABLE recomputed ALTER n TYPE numeric(10,2) USING n * 2",
         "UPDATE recomputed SET r = 0 WHERE id = 1",
-        "VACUUM FULL vacuumed", "CLUSTER vacuumed USING vacuumed_pkey")  # fmt: skip
+        "VACUUM FULL vacuumed", "CLUSTER vacuumed USING vacuumed_pkey",
+        # rows holding 'sad' read 'blue' now; a delete's old row says 'blue'
+        "ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'", "UPDATE relabeled SET m = 'ok' WHERE id = 1",
+        "DELETE FROM relabeled_bag WHERE a = 1")  # fmt: skip
     for t in tables:
         sql(dsn, f"DELETE FROM {t} WHERE a IN (1, 7)", f"UPDATE {t} SET a = -a WHERE a = 2")
 
@@ -275,6 +287,11 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
         "table public.recomputed: column n computed again in a rewrite of the table (ALTER ... "
         "TYPE ... USING)"
     ) in run.stderr
+    assert (
+        assert_mirror_equals_source(spark, p.lake, dsn, TableName("public", "relabeled_bag")) == 6
+    )
+    assert "table public.relabeled: enum value renamed (mood 'sad' -> 'blue'" in run.stderr
+    assert "table public.relabeled_bag: enum value renamed (mood 'sad' -> 'blue'" in run.stderr
     assert "public.widened" not in run.stderr
     assert "public.vacuumed" not in run.stderr
     assert "public.scaled" not in run.stderr

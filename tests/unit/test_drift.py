@@ -199,6 +199,21 @@ def test_a_column_computed_again_by_alter_type_using_is_drift() -> None:
     assert drifts(older, {T: using}) == []  # recorded before versions were: not compared
 
 
+def test_an_enum_value_renamed_is_drift() -> None:
+    """`ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'` keeps the label's oid: rows holding it
+    read 'blue' with no change, the mirror holds 'sad'. A value added is no drift."""
+    before = CatalogEntry(10, {1: "id", 2: "m"}, labels={700: ("mood", "sad"), 701: ("mood", "ok")})
+    renamed = dataclasses.replace(before, labels={700: ("mood", "it's"), 701: ("mood", "ok")})
+    assert drifts(_recorded(before), {T: renamed}) == [Drift(T, (
+        "enum value renamed (mood 'sad' -> 'it''s': rows holding it read the new name, which no "
+        "change carried)"))]  # fmt: skip
+    assert drifts(_recorded(before), {T: renamed}, [T])[0].reason.startswith("enum value renamed")
+    added = dataclasses.replace(before, labels={**before.labels, 702: ("mood", "happy")})
+    assert drifts(_recorded(before), {T: added}) == []
+    older = {str(T): {k: v for k, v in before.to_json().items() if k != "enum_labels"}}
+    assert drifts(older, {T: renamed}) == []  # recorded before labels were: not compared
+
+
 @pytest.mark.parametrize(
     ("old", "new", "as_is"),
     [  # what ALTER ... TYPE new without USING did to the table's storage on PostgreSQL 15
