@@ -15,6 +15,8 @@ to say so:
   that stores values as they are): the catalog keeps the type, the table's storage is new;
 - an enum value renamed (`ALTER TYPE ... RENAME VALUE`): every row holding it reads it under
   the new name, with no change;
+- a composite type's attribute added or dropped (`ALTER TYPE ... ADD ATTRIBUTE`, or a column
+  of a table whose row type a column holds): every value's text changes, with no change;
 - in a partitioned table, a partition detached or dropped (its rows stay in the mirror), or a
   table holding rows attached as a partition (its rows never stream);
 - not a schema change but the pipeline's: a column's filter or transform changed (excluded,
@@ -49,9 +51,10 @@ class CatalogEntry:
     by attnum (`format_type`), whether it has a primary key, its storage (its relfilenode, a
     new one each time the table is rewritten; a partitioned table's partitions' as `oid:node`),
     the version of each column's catalog row by attnum (its `pg_attribute` row's xmin: an
-    ALTER of the column writes a new one, a VACUUM FULL or a CLUSTER does not), and the labels
-    of the enum types its columns hold (directly, in a domain or in an array), by the label's
-    oid, which a RENAME VALUE keeps: (the enum type, the label)."""
+    ALTER of the column writes a new one, a VACUUM FULL or a CLUSTER does not), the labels of
+    the enum types its columns hold (directly or inside domains, arrays, ranges and composite
+    types), by the label's oid, which a RENAME VALUE keeps: (the enum type, the label), and the
+    composite types they hold by oid: (the type, its attributes' attnums and types)."""
 
     oid: int
     columns: Mapping[int, str]
@@ -63,6 +66,7 @@ class CatalogEntry:
     rules: Mapping[str, str] = field(default_factory=dict)  # `ColumnRules.applied`
     versions: Mapping[int, str] = field(default_factory=dict)
     labels: Mapping[int, tuple[str, str]] = field(default_factory=dict)
+    composites: Mapping[int, tuple[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -72,6 +76,7 @@ class CatalogEntry:
             "storage": self.storage,
             "column_versions": {str(n): v for n, v in self.versions.items()},
             "enum_labels": {str(n): list(pair) for n, pair in self.labels.items()},
+            "composite_types": {str(n): list(pair) for n, pair in self.composites.items()},
             "column_rules": dict(self.rules),
         }
 
@@ -131,7 +136,7 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
                 valued[i].add(str(name))
     partitioned = [oids[i] for i, files in storage.items() if ":" in files]
     members = _members(conn, partitioned) if partitioned else {}
-    labels = _enum_labels(conn, list(oids.values()))
+    held = _held_types(conn, list(oids.values()))
     return {
         tables[i]: CatalogEntry(
             oid,
@@ -142,15 +147,16 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
             storage[i],
             members.get(oid, ()),
             versions=versions[i],
-            labels=labels.get(oid, {}),
+            labels=held[oid].labels if oid in held else {},
+            composites=held[oid].composites if oid in held else {},
         )
         for i, oid in oids.items()
     }
 
 
-def _enum_labels(conn: Conn, oids: Sequence[int]) -> dict[int, dict[int, tuple[str, str]]]:
-    """The labels of the enum types each table's columns hold, through domains and arrays, by
-    table oid and the label's oid: (the enum type, the label)."""
+def _held_types(conn: Conn, oids: Sequence[int]) -> dict[int, _Held]:
+    """The enum labels and composite types each table's columns hold (through domains, arrays,
+    ranges and composite types' attributes), by table oid."""
     rows: list[tuple[Any, ...]] = conn.execute(
         """
         WITH RECURSIVE held(relid, typid) AS (
@@ -158,20 +164,45 @@ def _enum_labels(conn: Conn, oids: Sequence[int]) -> dict[int, dict[int, tuple[s
             FROM pg_attribute a
             WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped
             UNION
-            SELECT h.relid, CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.typelem END
+            SELECT h.relid, inner_type.typid
             FROM held h JOIN pg_type t ON t.oid = h.typid
-            WHERE t.typtype = 'd'
-               OR (t.typelem <> 0 AND t.typsubscript = 'array_subscript_handler'::regproc)
+            CROSS JOIN LATERAL (
+                SELECT t.typbasetype WHERE t.typtype = 'd'
+                UNION ALL
+                SELECT t.typelem
+                WHERE t.typelem <> 0 AND t.typsubscript = 'array_subscript_handler'::regproc
+                UNION ALL
+                SELECT r.rngsubtype FROM pg_range r WHERE t.typtype = 'r' AND r.rngtypid = t.oid
+                UNION ALL
+                SELECT ca.atttypid FROM pg_attribute ca
+                WHERE t.typtype = 'c' AND ca.attrelid = t.typrelid AND ca.attnum > 0
+                  AND NOT ca.attisdropped
+            ) inner_type(typid)
         )
-        SELECT h.relid::bigint, e.oid::bigint, format_type(e.enumtypid, NULL), e.enumlabel::text
+        SELECT h.relid::bigint, 'e', e.oid::bigint, format_type(e.enumtypid, NULL),
+               e.enumlabel::text
         FROM held h JOIN pg_enum e ON e.enumtypid = h.typid
+        UNION ALL
+        SELECT h.relid::bigint, 'c', t.oid::bigint, format_type(t.oid, NULL),
+               (SELECT string_agg(ca.attnum || ' ' || format_type(ca.atttypid, ca.atttypmod),
+                                  ', ' ORDER BY ca.attnum)
+                FROM pg_attribute ca
+                WHERE ca.attrelid = t.typrelid AND ca.attnum > 0 AND NOT ca.attisdropped)
+        FROM held h JOIN pg_type t ON t.oid = h.typid AND t.typtype = 'c'
         """,
         (list(oids),),
     ).fetchall()
-    found: dict[int, dict[int, tuple[str, str]]] = {}
-    for relid, label_oid, type_name, label in rows:
-        found.setdefault(int(relid), {})[int(label_oid)] = (str(type_name), str(label))
+    found: dict[int, _Held] = {}
+    for relid, kind, oid, type_name, text in rows:
+        held = found.setdefault(int(relid), _Held({}, {}))
+        (held.labels if kind == "e" else held.composites)[int(oid)] = (str(type_name), str(text))
     return found
+
+
+@dataclass(frozen=True)
+class _Held:
+    labels: dict[int, tuple[str, str]]
+    composites: dict[int, tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -238,6 +269,7 @@ def drifts(
         reasons += _rewritten(before, names, entry, multiset=table in multisets)
         reasons += _recomputed(before, names, entry)
         reasons += _relabeled(before, entry)
+        reasons += _recomposed(before, entry)
         reasons += _partitions(before, entry)
         if reasons:
             found.append(Drift(table, "; ".join(reasons)))
@@ -403,8 +435,23 @@ def _relabeled(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
             renamed.append(f"{type_name} {_literal(str(old[1]))} -> {_literal(label)}")
     if not renamed:
         return []
-    return [f"enum value renamed ({', '.join(renamed)}: rows holding it read the new name, "
-            "which no change carried)"]  # fmt: skip
+    return [f"enum value renamed ({', '.join(renamed)}: rows holding it read the new name)"]
+
+
+def _recomposed(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
+    """Composite types whose attributes were added or dropped since `before`: a value's text
+    has a field more or fewer (`(1,2)` reads `(1,2,)`), in every row, with no change. A
+    renamed attribute changes no text. An entry recorded before composites were tells nothing."""
+    then = before.get("composite_types")
+    if not isinstance(then, dict):
+        return []
+    changed = []
+    for oid, (type_name, attributes) in sorted(entry.composites.items()):
+        old = then.get(str(oid))
+        if isinstance(old, list) and len(old) == 2 and old[1] != attributes:
+            changed.append(f"composite type {type_name}'s attributes changed ({old[1]} -> "
+                           f"{attributes}: every value of it reads otherwise)")  # fmt: skip
+    return changed
 
 
 def _literal(text: str) -> str:

@@ -228,12 +228,15 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
         sql(dsn, f"CREATE TABLE {t} (id int PRIMARY KEY, c char(4), r real, n numeric(10,2))",
             f"INSERT INTO {t} SELECT g, 'c' || g, g + 0.1, g + 0.5 FROM generate_series(1, 20) g")  # fmt: skip
     sql(dsn, "CREATE TYPE mood AS ENUM ('sad', 'ok')", "CREATE DOMAIN calm AS mood",
-        "CREATE TABLE relabeled (id int PRIMARY KEY, m mood, ms mood[], c calm)",
-        "INSERT INTO relabeled SELECT g, m, ARRAY[m, 'ok'], m "
+        "CREATE TYPE pair AS (a int, b text)",
+        "CREATE TABLE relabeled (id int PRIMARY KEY, m mood, ms mood[], c calm, p pair)",
+        "INSERT INTO relabeled SELECT g, m, ARRAY[m, 'ok'], m, ROW(g, 'x y')::pair "
         "FROM generate_series(1, 20) g, LATERAL (SELECT (ARRAY['sad', 'ok'])[g % 2 + 1]::mood) x(m)",
         "CREATE TABLE relabeled_bag (a int, m mood)", "ALTER TABLE relabeled_bag REPLICA IDENTITY FULL",
-        "INSERT INTO relabeled_bag SELECT g % 4, 'sad' FROM generate_series(1, 8) g")  # fmt: skip
-    keyed += ("relabeled",)
+        "INSERT INTO relabeled_bag SELECT g % 4, 'sad' FROM generate_series(1, 8) g",
+        "CREATE TABLE recomposed (id int PRIMARY KEY, p pair)",
+        "INSERT INTO recomposed SELECT g, ROW(g, 'b')::pair FROM generate_series(1, 20) g")  # fmt: skip
+    keyed += ("relabeled", "recomposed")
     captured = [f"public.{t}" for t in (*tables, *keyed, "relabeled_bag")]
     p = make_pipeline(tmp_path, dsn, captured, snapshot="initial")
     assert p.ingest().returncode == 0
@@ -257,7 +260,9 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
         "VACUUM FULL vacuumed", "CLUSTER vacuumed USING vacuumed_pkey",
         # rows holding 'sad' read 'blue' now; a delete's old row says 'blue'
         "ALTER TYPE mood RENAME VALUE 'sad' TO 'blue'", "UPDATE relabeled SET m = 'ok' WHERE id = 1",
-        "DELETE FROM relabeled_bag WHERE a = 1")  # fmt: skip
+        "DELETE FROM relabeled_bag WHERE a = 1",
+        # every pair's text gains a field: (1,b) reads (1,b,)
+        "ALTER TYPE pair ADD ATTRIBUTE z int", "UPDATE recomposed SET p.z = 5 WHERE id = 1")  # fmt: skip
     for t in tables:
         sql(dsn, f"DELETE FROM {t} WHERE a IN (1, 7)", f"UPDATE {t} SET a = -a WHERE a = 2")
 
@@ -292,6 +297,10 @@ def test_a_table_whose_values_are_rewritten_in_place_is_read_again(
     )
     assert "table public.relabeled: enum value renamed (mood 'sad' -> 'blue'" in run.stderr
     assert "table public.relabeled_bag: enum value renamed (mood 'sad' -> 'blue'" in run.stderr
+    assert (
+        "table public.recomposed: composite type pair's attributes changed (1 integer, 2 text -> "
+        "1 integer, 2 text, 3 integer: every value of it reads otherwise)"
+    ) in run.stderr
     assert "public.widened" not in run.stderr
     assert "public.vacuumed" not in run.stderr
     assert "public.scaled" not in run.stderr

@@ -205,13 +205,28 @@ def test_an_enum_value_renamed_is_drift() -> None:
     before = CatalogEntry(10, {1: "id", 2: "m"}, labels={700: ("mood", "sad"), 701: ("mood", "ok")})
     renamed = dataclasses.replace(before, labels={700: ("mood", "it's"), 701: ("mood", "ok")})
     assert drifts(_recorded(before), {T: renamed}) == [Drift(T, (
-        "enum value renamed (mood 'sad' -> 'it''s': rows holding it read the new name, which no "
-        "change carried)"))]  # fmt: skip
+        "enum value renamed (mood 'sad' -> 'it''s': rows holding it read the new name)"))]  # fmt: skip
     assert drifts(_recorded(before), {T: renamed}, [T])[0].reason.startswith("enum value renamed")
     added = dataclasses.replace(before, labels={**before.labels, 702: ("mood", "happy")})
     assert drifts(_recorded(before), {T: added}) == []
     older = {str(T): {k: v for k, v in before.to_json().items() if k != "enum_labels"}}
     assert drifts(older, {T: renamed}) == []  # recorded before labels were: not compared
+
+
+def test_a_composite_type_with_an_attribute_added_or_dropped_is_drift() -> None:
+    """`ALTER TYPE pair ADD ATTRIBUTE z int` turns every value's text `(1,2)` into `(1,2,)`
+    with no change; renaming an attribute changes no text."""
+    before = CatalogEntry(10, {1: "id", 2: "p"}, composites={800: ("pair", "1 integer, 2 text")})
+    added = dataclasses.replace(before, composites={800: ("pair", "1 integer, 2 text, 3 integer")})
+    [drift] = drifts(_recorded(before), {T: added})
+    assert drift.reason == ("composite type pair's attributes changed (1 integer, 2 text -> "
+                            "1 integer, 2 text, 3 integer: every value of it reads otherwise)")  # fmt: skip
+    dropped = dataclasses.replace(before, composites={800: ("pair", "1 integer")})
+    assert drifts(_recorded(before), {T: dropped}, [T])[0].reason.startswith("composite type pair")
+    renamed = dataclasses.replace(before, composites={800: ("pair2", "1 integer, 2 text")})
+    assert drifts(_recorded(before), {T: renamed}) == []
+    older = {str(T): {k: v for k, v in before.to_json().items() if k != "composite_types"}}
+    assert drifts(older, {T: added}) == []  # recorded before composites were: not compared
 
 
 @pytest.mark.parametrize(
