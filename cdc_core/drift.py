@@ -424,15 +424,11 @@ def _recomputed(
 def _relabeled(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
     """Enum values renamed (`ALTER TYPE ... RENAME VALUE`): the label keeps its oid, and every
     row holding it reads it under the new name with no change, while the mirror holds the old
-    one. An entry recorded before labels were tells nothing."""
-    then = before.get("enum_labels")
-    if not isinstance(then, dict):
-        return []
-    renamed = []
-    for oid, (type_name, label) in sorted(entry.labels.items()):
-        old = then.get(str(oid))
-        if isinstance(old, list) and len(old) == 2 and old[1] != label:
-            renamed.append(f"{type_name} {_literal(str(old[1]))} -> {_literal(label)}")
+    one."""
+    renamed = [
+        f"{type_name} {_literal(old)} -> {_literal(new)}"
+        for type_name, old, new in _changed(before, "enum_labels", entry.labels)
+    ]
     if not renamed:
         return []
     return [f"enum value renamed ({', '.join(renamed)}: rows holding it read the new name)"]
@@ -441,17 +437,28 @@ def _relabeled(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
 def _recomposed(before: Mapping[str, Any], entry: CatalogEntry) -> list[str]:
     """Composite types whose attributes were added or dropped since `before`: a value's text
     has a field more or fewer (`(1,2)` reads `(1,2,)`), in every row, with no change. A
-    renamed attribute changes no text. An entry recorded before composites were tells nothing."""
-    then = before.get("composite_types")
+    renamed attribute changes no text."""
+    return [
+        f"composite type {type_name}'s attributes changed ({old} -> {new}: every value of it "
+        "reads otherwise)"
+        for type_name, old, new in _changed(before, "composite_types", entry.composites)
+    ]
+
+
+def _changed(
+    before: Mapping[str, Any], key: str, now: Mapping[int, tuple[str, str]]
+) -> list[tuple[str, str, str]]:
+    """(type, then, now) for each entry of `now` (by oid: the type and a text) whose text is not
+    the one `before` recorded under `key`. An entry recorded before `key` was tells nothing."""
+    then = before.get(key)
     if not isinstance(then, dict):
         return []
-    changed = []
-    for oid, (type_name, attributes) in sorted(entry.composites.items()):
+    found = []
+    for oid, (type_name, text) in sorted(now.items()):
         old = then.get(str(oid))
-        if isinstance(old, list) and len(old) == 2 and old[1] != attributes:
-            changed.append(f"composite type {type_name}'s attributes changed ({old[1]} -> "
-                           f"{attributes}: every value of it reads otherwise)")  # fmt: skip
-    return changed
+        if isinstance(old, list) and len(old) == 2 and old[1] != text:
+            found.append((type_name, str(old[1]), text))
+    return found
 
 
 def _literal(text: str) -> str:
