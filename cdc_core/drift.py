@@ -156,47 +156,66 @@ def catalog_entries(conn: Conn, tables: Sequence[TableName]) -> dict[TableName, 
 
 def _held_types(conn: Conn, oids: Sequence[int]) -> dict[int, _Held]:
     """The enum labels and composite types each table's columns hold (through domains, arrays,
-    ranges and composite types' attributes), by table oid."""
+    ranges and composite types' attributes), by table oid. The types inside types are found a
+    level a query: a recursive query's row estimate is large enough for the server to compile
+    it with JIT on every run (about 40 ms, 600 ms the first time, against 1 ms)."""
     rows: list[tuple[Any, ...]] = conn.execute(
-        """
-        WITH RECURSIVE held(relid, typid) AS (
-            SELECT a.attrelid, a.atttypid
-            FROM pg_attribute a
-            WHERE a.attrelid = ANY(%s::oid[]) AND a.attnum > 0 AND NOT a.attisdropped
-            UNION
-            SELECT h.relid, inner_type.typid
-            FROM held h JOIN pg_type t ON t.oid = h.typid
-            CROSS JOIN LATERAL (
-                SELECT t.typbasetype WHERE t.typtype = 'd'
-                UNION ALL
-                SELECT t.typelem
-                WHERE t.typelem <> 0 AND t.typsubscript = 'array_subscript_handler'::regproc
-                UNION ALL
-                SELECT r.rngsubtype FROM pg_range r WHERE t.typtype = 'r' AND r.rngtypid = t.oid
-                UNION ALL
-                SELECT ca.atttypid FROM pg_attribute ca
-                WHERE t.typtype = 'c' AND ca.attrelid = t.typrelid AND ca.attnum > 0
-                  AND NOT ca.attisdropped
-            ) inner_type(typid)
-        )
-        SELECT h.relid::bigint, 'e', e.oid::bigint, format_type(e.enumtypid, NULL),
-               e.enumlabel::text
-        FROM held h JOIN pg_enum e ON e.enumtypid = h.typid
-        UNION ALL
-        SELECT h.relid::bigint, 'c', t.oid::bigint, format_type(t.oid, NULL),
-               (SELECT string_agg(ca.attnum || ' ' || format_type(ca.atttypid, ca.atttypmod),
-                                  ', ' ORDER BY ca.attnum)
-                FROM pg_attribute ca
-                WHERE ca.attrelid = t.typrelid AND ca.attnum > 0 AND NOT ca.attisdropped)
-        FROM held h JOIN pg_type t ON t.oid = h.typid AND t.typtype = 'c'
-        """,
+        "SELECT DISTINCT attrelid::bigint, atttypid::bigint FROM pg_attribute "
+        "WHERE attrelid = ANY(%s::oid[]) AND attnum > 0 AND NOT attisdropped",
         (list(oids),),
     ).fetchall()
+    holders: dict[int, set[int]] = {}  # type oid -> the tables holding it
+    for relid, type_oid in rows:
+        holders.setdefault(int(type_oid), set()).add(int(relid))
+    level = set(holders)
+    while level:
+        inside: list[tuple[Any, ...]] = conn.execute(_INNER_TYPES, (list(level),)).fetchall()
+        level = set()
+        for outer, inner in inside:
+            tables = holders[int(outer)] - holders.get(int(inner), set())
+            if tables:
+                holders.setdefault(int(inner), set()).update(tables)
+                level.add(int(inner))
+    types = list(holders)
     found: dict[int, _Held] = {}
-    for relid, kind, oid, type_name, text in rows:
-        held = found.setdefault(int(relid), _Held({}, {}))
-        (held.labels if kind == "e" else held.composites)[int(oid)] = (str(type_name), str(text))
+    described: list[tuple[Any, ...]] = conn.execute(_HELD, (types, types)).fetchall()
+    for type_oid, kind, oid, type_name, text in described:
+        for relid in holders[int(type_oid)]:
+            held = found.setdefault(relid, _Held({}, {}))
+            kept = held.labels if kind == "e" else held.composites
+            kept[int(oid)] = (str(type_name), str(text))
     return found
+
+
+_INNER_TYPES = """
+SELECT t.oid::bigint, inner_type.typid::bigint
+FROM pg_type t
+CROSS JOIN LATERAL (
+    SELECT t.typbasetype WHERE t.typtype = 'd'
+    UNION ALL
+    SELECT t.typelem WHERE t.typelem <> 0 AND t.typsubscript = 'array_subscript_handler'::regproc
+    UNION ALL
+    SELECT r.rngsubtype FROM pg_range r WHERE t.typtype = 'r' AND r.rngtypid = t.oid
+    UNION ALL
+    SELECT ca.atttypid FROM pg_attribute ca
+    WHERE t.typtype = 'c' AND ca.attrelid = t.typrelid AND ca.attnum > 0 AND NOT ca.attisdropped
+) inner_type(typid)
+WHERE t.oid = ANY(%s::oid[])
+"""
+
+_HELD = """
+SELECT e.enumtypid::bigint, 'e', e.oid::bigint, format_type(e.enumtypid, NULL), e.enumlabel::text
+FROM pg_enum e
+WHERE e.enumtypid = ANY(%s::oid[])
+UNION ALL
+SELECT t.oid::bigint, 'c', t.oid::bigint, format_type(t.oid, NULL),
+       (SELECT string_agg(ca.attnum || ' ' || format_type(ca.atttypid, ca.atttypmod), ', '
+                          ORDER BY ca.attnum)
+        FROM pg_attribute ca
+        WHERE ca.attrelid = t.typrelid AND ca.attnum > 0 AND NOT ca.attisdropped)
+FROM pg_type t
+WHERE t.oid = ANY(%s::oid[]) AND t.typtype = 'c'
+"""
 
 
 @dataclass(frozen=True)
