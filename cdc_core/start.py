@@ -137,7 +137,7 @@ def start(config: Config, lake: Lake) -> RunStart:
             if decision.new_slot:
                 _new_slot(conn, config, lake)
             adopted = slot_state(conn, source.slot) if not state.stored_position else None
-            slot = ensure_slot(conn, source.slot, failover=source.slot_failover, dsn=source.dsn)
+            slot = ensure_slot(conn, source.slot, source.dsn, failover=source.slot_failover)
             if adopted is not None:
                 _warn_adopted(config, lake, adopted)
         jobs = _plan(conn, config, lake, decision, state=state, jobs=jobs)

@@ -11,16 +11,20 @@ import psycopg
 from psycopg import sql
 
 from cdc_core.config.model import AutocreateMode, Dsn
-from cdc_core.errors import TerminalError
+from cdc_core.errors import TerminalError, TransientError
 from cdc_core.identifiers import TableName
 from cdc_core.lsn import Lsn
-from cdc_core.pg import catalog
+from cdc_core.pg import catalog, waits
 from cdc_core.pg.catalog import Connection
 from cdc_core.pg.connect import connect, unbounded
 from cdc_core.pg.identity import refused_partition
 from cdc_core.pg.pgoutput import ReplicaIdentity
 
 PLUGIN = "pgoutput"
+WAITS_FOR = (
+    "a new slot starts only once every transaction that had written when it was created has "
+    "ended, in every database of the server, a prepared transaction included"
+)
 log = logging.getLogger("cdc_core.slot")
 
 
@@ -131,6 +135,11 @@ def ensure_publication(
     return []
 
 
+DDL_LOCK_WAIT_MS = 5000
+"""How long `ALTER TABLE ... REPLICA IDENTITY` waits for its lock (lock_timeout): every
+statement on the table that comes after it waits behind it meanwhile."""
+
+
 def autoset_replica_identity(
     conn: Connection, tables: Sequence[TableName], wanted: Callable[[TableName], str | None]
 ) -> list[str]:
@@ -150,7 +159,20 @@ def autoset_replica_identity(
             sql.Identifier(table.schema, table.name), clause,
         )  # fmt: skip
         try:
-            _execute(conn, statement)
+            with conn.transaction():  # its lock waits, and every statement on the table behind it
+                conn.execute(f"SET LOCAL lock_timeout = {DDL_LOCK_WAIT_MS}")
+                _execute(conn, statement)
+        except psycopg.errors.LockNotAvailable as e:
+            holders = waits.holding(conn, table)
+            whom = waits.said(holders) if holders else "sessions that have ended since"
+            raise TransientError(
+                f"replica.identity.autoset.values: {statement.as_string(conn)} waited "
+                f"{DDL_LOCK_WAIT_MS // 1000} s for a lock on {table} and gave up, so that the "
+                "table's readers and writers queued behind it do not wait longer (a transient "
+                f"failure: exit 75, the next run tries again). Locks on the table are held by: "
+                f"{whom}. Or run the statement yourself when the table is quiet",
+                sqlstate=e.sqlstate,
+            ) from e
         except psycopg.errors.UndefinedObject as e:  # INDEX name: no such index of the table
             raise TerminalError(
                 f"replica.identity.autoset.values asks {table} for {target}: "
@@ -223,13 +245,14 @@ def system_identifier(conn: Connection) -> str | None:
     return None if value is None else str(value)
 
 
-def ensure_slot(
-    conn: Connection, name: str, *, failover: bool = False, dsn: Dsn | None = None
-) -> SlotState:
+def ensure_slot(conn: Connection, name: str, dsn: Dsn, *, failover: bool = False) -> SlotState:
     """Create logical slot `name` (pgoutput) if missing; refuse a slot that is not ours to use.
     Only a run's start creates it (`cdc_core.start`): what reads it later uses `usable_slot`.
-    `failover` (slot.failover): a failover slot, synchronized to standbys, on PostgreSQL 17+
-    (an existing one is made one, on a replication session to `dsn`); a warning before 17."""
+    Creating it waits for every transaction that had written to end, in every database of the
+    server: after a few seconds the log names them (`waits.reported_wait`, on a session to
+    `dsn`). `failover` (slot.failover): a failover slot, synchronized to standbys, on
+    PostgreSQL 17+ (an existing one is made one, on a replication session to `dsn`); a warning
+    before 17."""
     can_fail_over = conn.info.server_version >= catalog.FAILOVER_SLOTS
     if failover and not can_fail_over:
         log.warning("source.slot.failover: PostgreSQL %s has no failover slots (17 and newer "
@@ -241,13 +264,17 @@ def ensure_slot(
             create = "SELECT pg_create_logical_replication_slot(%s, %s, false, false, true)"
         # created concurrently: it is checked below like any existing slot
         # the server waits for every transaction running to end, however long that takes
-        with contextlib.suppress(psycopg.errors.DuplicateObject), unbounded(conn):
+        doing = f"creating replication slot {name!r}"
+        with (
+            contextlib.suppress(psycopg.errors.DuplicateObject),
+            unbounded(conn),
+            waits.reported_wait(conn, dsn, doing, WAITS_FOR),
+        ):
             conn.execute(create, (name, PLUGIN))
     state = usable_slot(conn, name)
     assert state is not None
     info = catalog.slot_info(conn, name) if failover and can_fail_over else None
     if info is not None and info.failover is False:
-        assert dsn is not None, "making a slot a failover slot takes a replication session"
         with connect(dsn, replication=True) as replication:  # a replication command
             replication.execute(
                 sql.SQL("ALTER_REPLICATION_SLOT {} ( FAILOVER true )").format(sql.Identifier(name))

@@ -73,11 +73,14 @@ def pg() -> Iterator[PgServer]:
 
 
 @contextlib.contextmanager
-def own_server(name: str, purpose: str, bindir: Path | None = None) -> Iterator[PgServer]:
+def own_server(
+    name: str, purpose: str, bindir: Path | None = None, extra: dict[str, str] | None = None
+) -> Iterator[PgServer]:
     """A throwaway cluster where the product role has its password; unavailable without one.
-    `bindir`: another server's binaries than the machine's (`pg_versions`)."""
+    `bindir`: another server's binaries than the machine's (`pg_versions`); `extra`: settings
+    over the tier's own."""
     try:
-        with throwaway_cluster(name, bindir=bindir) as cluster:
+        with throwaway_cluster(name, bindir=bindir, extra=extra) as cluster:
             privileges.require_password(cluster)
             yield PgServer(cluster.dsn(), cluster)
     except SetupError as e:

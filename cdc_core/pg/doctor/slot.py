@@ -6,13 +6,27 @@ from __future__ import annotations
 from psycopg import sql
 
 from cdc_core.config import ByteSize
+from cdc_core.pg import waits
 from cdc_core.pg.doctor.context import Context, quoted
 from cdc_core.pg.doctor.report import Check
+from cdc_core.pg.slot import WAITS_FOR
+
+OPEN_FOR_S = 60.0
+"""A session's transaction open longer than this is named before the slot is created (a prepared
+transaction is named however young: nothing ends it by itself)."""
 
 
 def slot(ctx: Context) -> Check:
     slot, name = ctx.slot, quoted(ctx.source.slot)
     if slot is None:
+        if held := waits.open_transactions(ctx.conn, OPEN_FOR_S, every_prepared=True):
+            more = f" and {len(held) - _LISTED} more" if len(held) > _LISTED else ""
+            return Check(
+                "slot", "warn",
+                f"{name} does not exist yet, and creating it will wait for transactions open "
+                f"now to end ({WAITS_FOR}): " + "; ".join(map(str, held[:_LISTED])) + more,
+                "\n".join(f"{h}: {h.way_out}" for h in held[:_LISTED]),
+            )  # fmt: skip
         return Check("slot", "pass", f"{name} does not exist yet; it will be created (pgoutput)")
     if problems := slot.unusable(ctx.database.name):
         drop = ctx.render("SELECT pg_drop_replication_slot({});", sql.Literal(slot.name))
