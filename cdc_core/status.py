@@ -36,7 +36,8 @@ from cdc_core.lake import Lake
 from cdc_core.lost_position import forked_history
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.metrics import last_batch
-from cdc_core.pg.catalog import SLOT_READER, SlotInfo
+from cdc_core.pg import waits
+from cdc_core.pg.catalog import SLOT_READER, Connection, SlotInfo
 from cdc_core.pg.connect import connect
 from cdc_core.pg.discover import discover
 from cdc_core.pg.history import current_timeline
@@ -87,6 +88,9 @@ class SlotStatus:
     unusable: str | None = None  # why runs cannot read it (another plugin, another database's)
     reader: str | None = None  # the application_name of the process reading it now
     foreign_reader: bool = False  # that process is no run of this product (`SlotInfo`)
+    held_by: str | None = None
+    """The oldest transaction open in the slot's database, with its way out, when it is what
+    keeps most of the retained WAL (the restart position far behind the confirmed one)."""
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,7 @@ def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
         with connect(dsn) as conn:
             row = conn.execute(_SLOT_QUERY, (name,)).fetchone()
             system, timeline = system_identifier(conn), current_timeline(conn)
+            held_by = _held_by(conn, row)
     except TransientError as e:  # connect's names the server
         return SourceStatus(False, str(e)), SlotStatus(name)
     except CdcError as e:  # a login refused: the same next time, whoever retries
@@ -317,8 +322,26 @@ def read_slot(dsn: Dsn, name: str) -> tuple[SourceStatus, SlotStatus]:
     return SourceStatus(True, None, system, timeline), SlotStatus(
         name, True, bool(active), _int(pid), _str(wal_status), _str(confirmed), _str(restart),
         _int(retained), _int(safe), ", ".join(info.unusable(str(here))) or None, info.reader,
-        info.foreign_reader,
+        info.foreign_reader, held_by,
     )  # fmt: skip
+
+
+HELD_BACK_BYTES = 16 * 1024 * 1024
+"""A restart position this far behind the confirmed one (a WAL segment) is held back by a
+transaction, not by the last few records decoding needs."""
+
+
+def _held_by(conn: Connection, row: tuple[object, ...] | None) -> str | None:
+    """`SlotStatus.held_by`: the oldest transaction in the database, when the slot's restart
+    position is more than `HELD_BACK_BYTES` behind its confirmed one, and that gap is most of
+    what it retains (a slot behind the source is the pipeline's to catch up)."""
+    if row is None or row[3] is None or row[4] is None or row[5] is None:
+        return None
+    gap = Lsn.parse(str(row[3])).value - Lsn.parse(str(row[4])).value
+    if gap <= HELD_BACK_BYTES or 2 * gap <= int(str(row[5])):
+        return None
+    oldest = waits.oldest_transaction(conn)
+    return None if oldest is None else f"{oldest}: {oldest.way_out}"
 
 
 def read_last_batch(lake: Lake) -> BatchStatus | None:
@@ -507,29 +530,35 @@ def slot_verdict(
     """`retained_wal_verdict` of the slot against the pipeline's thresholds."""
     return retained_wal_verdict(
         slot.name, slot.retained_wal_bytes,
-        warn=source.retained_wal_warn, fail=source.retained_wal_fail,
+        warn=source.retained_wal_warn, fail=source.retained_wal_fail, held_by=slot.held_by,
     )  # fmt: skip
 
 
 def retained_wal_verdict(
-    slot: str, retained: int | None, *, warn: int, fail: int
+    slot: str, retained: int | None, *, warn: int, fail: int, held_by: str | None = None
 ) -> tuple[Literal["warn", "fail"], str] | None:
     """Whether the WAL the server keeps for `slot` passed source.retained_wal_warn or _fail
-    (0: off), with what to do about it; None when below both or unknown."""
+    (0: off), with what to do about it; None when below both or unknown. `held_by`: the open
+    transaction that keeps it (`SlotStatus.held_by`), which running the pipeline does not end."""
     if retained is None:
         return None
+    held = (
+        "the pipeline confirmed it, but decoding must restart before the oldest transaction "
+        f"open in the slot's database, which no run ends: {held_by}"
+    )
     if fail and retained > fail:
+        catch_up = "Let ingest catch up (run it now, more often, or --continuous)"
         return "fail", (
             f"slot {slot} retains {_bytes(retained)} of WAL, more than source.retained_wal_fail "
-            f"({_bytes(fail)}): the source's disk is at risk. Let ingest catch up (run it now, "
-            "more often, or --continuous); if it cannot, drop the slot (SELECT "
-            f"pg_drop_replication_slot('{slot}')) and take a new snapshot (snapshot.mode "
-            "when_needed does so by itself)"
+            f"({_bytes(fail)}): the source's disk is at risk. {held if held_by else catch_up}; "
+            f"if it cannot, drop the slot (SELECT pg_drop_replication_slot('{slot}')) and take "
+            "a new snapshot (snapshot.mode when_needed does so by itself)"
         )
     if warn and retained > warn:
+        behind = "the pipeline is behind the source; run it more often"
         return "warn", (
             f"slot {slot} retains {_bytes(retained)} of WAL, more than source.retained_wal_warn "
-            f"({_bytes(warn)}): the pipeline is behind the source; run it more often"
+            f"({_bytes(warn)}): {held if held_by else behind}"
         )
     return None
 

@@ -179,6 +179,23 @@ _OPEN = (
 )
 
 
+# The transaction with the oldest id still running in this database: decoding restarts before
+# its first change, so the slot keeps the WAL from there (a prepared one, with no pid, included).
+_OLDEST = """
+SELECT l.pid, p.gid, coalesce(a.usename, p.owner)::text, coalesce(a.datname, p.database)::text,
+       nullif(a.application_name, ''), a.state,
+       extract(epoch FROM now() - coalesce(a.xact_start, p.prepared))::float8
+FROM pg_locks l
+LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+LEFT JOIN pg_prepared_xacts p ON l.pid IS NULL AND p.transaction = l.transactionid
+WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+  AND l.pid IS DISTINCT FROM pg_backend_pid()
+  AND coalesce(a.datname, p.database) = current_database()
+ORDER BY age(l.transactionid) DESC
+LIMIT 1
+"""
+
+
 def _holders(conn: Connection, query: str, params: dict[str, object]) -> list[Holder]:
     def text(value: object) -> str | None:
         return None if value is None else str(value)
@@ -217,6 +234,13 @@ def in_progress(conn: Connection) -> list[str]:
 def still_running(conn: Connection, xids: list[str]) -> list[Holder]:
     """The sessions and prepared transactions of `xids` (`in_progress`) that have not ended."""
     return _holders(conn, _RUNNING, {"xids": xids}) if xids else []
+
+
+def oldest_transaction(conn: Connection) -> Holder | None:
+    """The transaction running longest in this database (by its id, which every role may see),
+    where a logical slot's decoding has to restart: None when none runs."""
+    found = _holders(conn, _OLDEST, {})
+    return found[0] if found else None
 
 
 def open_transactions(

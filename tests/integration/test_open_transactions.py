@@ -208,3 +208,44 @@ def test_replica_identity_autoset_gives_up_a_lock_the_table_would_queue_behind(
     with psycopg.connect(dsn) as conn:
         ident = conn.execute("SELECT relreplident FROM pg_class WHERE oid = 'events'::regclass")
         assert ident.fetchone() == ("f",)  # type: ignore[comparison-overlap]
+
+
+def test_wal_a_prepared_transaction_keeps_is_blamed_on_it_not_on_the_pipeline(
+    two_phase: PgServer, db: str, tmp_path: Path
+) -> None:
+    """A prepared transaction nobody ends keeps the slot's restart position before its first
+    change, however often the pipeline runs: past source.retained_wal_warn, `cdc status` names
+    it and the statements that end it, instead of telling to run the pipeline more often."""
+    dsn = two_phase.dsn(db)
+    sql(dsn, "CREATE TABLE accounts (id int PRIMARY KEY, balance numeric)",
+        "CREATE TABLE noise (id int, filler text)")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.accounts"], source_extra="retained_wal_warn: 8MB\n")
+    assert p.ingest("--capture-only").returncode == 0
+    prepare(dsn, "stuck", "INSERT INTO accounts VALUES (1, 100)")
+    for _ in range(4):  # some 40 MB of WAL the pipeline does not capture
+        sql(dsn, "INSERT INTO noise SELECT g, repeat('x', 200) FROM generate_series(1, 40000) g")
+    run = p.ingest("--capture-only", timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "captured 0 transactions" in run.stdout
+
+    status = json.loads(p.cdc("status", "--pipeline", "p", "--json").stdout)
+    slot = status["slot"]
+    assert slot["retained_wal_bytes"] > 30_000_000
+    assert slot["held_by"] == (
+        f"prepared transaction 'stuck' (user postgres, database {db}, prepared "
+        f"{slot['held_by'].split(' prepared ')[1].split(' ago')[0]} ago): COMMIT PREPARED "
+        f"'stuck' or ROLLBACK PREPARED 'stuck' in database {db}"
+    )
+    [warning] = [w for w in status["warnings"] if "retained_wal_warn" in w]
+    assert (
+        "the pipeline confirmed it, but decoding must restart before the oldest transaction open "
+        "in the slot's database, which no run ends: prepared transaction 'stuck'"
+    ) in warning
+    assert "run it more often" not in warning
+
+    sql(dsn, "COMMIT PREPARED 'stuck'")
+    assert p.ingest("--capture-only", timeout=300).returncode == 0
+    status = json.loads(p.cdc("status", "--pipeline", "p", "--json").stdout)
+    assert status["slot"]["held_by"] is None  # the restart position moves on at later runs
+    for warning in [w for w in status["warnings"] if "retained_wal_warn" in w]:
+        assert warning.endswith("the pipeline is behind the source; run it more often")

@@ -118,7 +118,7 @@ def test_status_of_a_pipeline_whose_slot_was_dropped_exits_1_and_says_so(
     assert data["slot"] == {
         "name": p.slot, "exists": False, "active": None, "active_pid": None, "wal_status": None,
         "confirmed_flush_lsn": None, "restart_lsn": None, "retained_wal_bytes": None,
-        "safe_wal_size_bytes": None, "unusable": None, "reader": None, "foreign_reader": False,
+        "safe_wal_size_bytes": None, "unusable": None, "reader": None, "foreign_reader": False, "held_by": None,
     }  # fmt: skip
     human = cdc_status(p)
     assert human.returncode == 1

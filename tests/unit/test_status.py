@@ -436,7 +436,7 @@ def test_the_json_form_has_stable_snake_case_keys() -> None:
         "name": "orders_cdc", "exists": True, "active": False, "active_pid": None,
         "wal_status": "reserved", "confirmed_flush_lsn": "0/16B3748", "restart_lsn": "0/16B3710",
         "retained_wal_bytes": 56, "safe_wal_size_bytes": None, "unusable": None,
-        "reader": None, "foreign_reader": False,
+        "reader": None, "foreign_reader": False, "held_by": None,
     }  # fmt: skip
     assert data["tables"][0] == {
         "table": "public.orders", "state": "created", "rows": 200, "version": 4,
