@@ -302,7 +302,23 @@ def usable_slot(conn: Connection, name: str) -> SlotState | None:
         return None
     if state.wal_status == "lost":
         raise lost_slot(name)
+    if state.confirmed_flush == Lsn(0):  # NULL: a logical slot has one once it is created
+        raise still_created(conn, state)
     return state
+
+
+def still_created(conn: Connection, state: SlotState) -> TransientError:
+    """A slot another session is creating still (its creation waits for open transactions): a
+    run stopped meanwhile leaves its session waiting on the server, and that session finishes
+    the slot once they end. The slot has no position yet: using it now would record none."""
+    waiting = waits.blocking(conn, state.active_pid) if state.active_pid is not None else []
+    whom = f" It waits for: {waits.said(waiting)}." if waiting else ""
+    return TransientError(
+        f"replication slot {state.name!r} is still being created by session "
+        f"{state.active_pid or '(ended)'} ({WAITS_FOR}; a run stopped while it waited leaves "
+        f"that session on the server, which finishes the slot).{whom} This run exits 75; the "
+        "next run uses the slot once it is created"
+    )
 
 
 def lost_slot(name: str, said: str = "") -> TerminalError:

@@ -249,3 +249,47 @@ def test_wal_a_prepared_transaction_keeps_is_blamed_on_it_not_on_the_pipeline(
     assert status["slot"]["held_by"] is None  # the restart position moves on at later runs
     for warning in [w for w in status["warnings"] if "retained_wal_warn" in w]:
         assert warning.endswith("the pipeline is behind the source; run it more often")
+
+
+def test_a_run_stopped_while_its_slot_waits_leaves_no_position_for_the_next_runs_to_misread(
+    two_phase: PgServer, db: str, tmp_path: Path
+) -> None:
+    """A run killed while its slot's creation waits (a scheduler's timeout, say) leaves its
+    session creating the slot on the server, with no position yet. A run meanwhile exits 75
+    naming what the slot waits for, and records nothing; once the transaction ends, that session
+    finishes the slot, and the next run reads on from it. Before, the run meanwhile recorded the
+    missing position as 0/0, and every later one stopped as if changes had been lost."""
+    dsn = two_phase.dsn(db)
+    sql(dsn, "CREATE TABLE accounts (id int PRIMARY KEY, balance numeric)")
+    p = make_pipeline(tmp_path, dsn, ["public.accounts"])
+    prepare(dsn, "stuck", "INSERT INTO accounts VALUES (1, 100)")
+    errors = tmp_path / "first.stderr"
+    with errors.open("w") as err:
+        first = subprocess.Popen(
+            [sys.executable, str(ROOT / "jobs" / "ingest.py"), "--pipeline", "p", "--capture-only"],
+            env=p.env(), cwd=p.home, stdout=subprocess.DEVNULL, stderr=err, text=True,
+        )  # fmt: skip
+    try:
+        _logged(errors, "creating replication slot", within_s=90)
+    finally:
+        first.kill()
+        first.wait()
+
+    meanwhile = p.ingest("--capture-only", timeout=300)
+    assert meanwhile.returncode == 75, meanwhile.stdout + meanwhile.stderr[-3000:]
+    assert f"replication slot '{p.slot}' is still being created by session " in meanwhile.stderr
+    assert "It waits for: prepared transaction 'stuck' (user postgres, database " in (
+        meanwhile.stderr
+    )
+
+    sql(dsn, "ROLLBACK PREPARED 'stuck'")
+    deadline = time.monotonic() + 60
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                           (p.slot,)).fetchone() != (False,):  # fmt: skip
+            assert time.monotonic() < deadline, "the killed run's session never made the slot"
+            time.sleep(0.2)
+    sql(dsn, "INSERT INTO accounts VALUES (2, 50)")
+    run = p.ingest("--capture-only", timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "captured 1 transactions, 1 changes" in run.stdout
