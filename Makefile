@@ -11,11 +11,12 @@ bootstrap:
 demo: bootstrap
 	@$(BIN)/cdc demo
 
-# two workers, a test file each at a time (pytest-xdist): TEST_WORKERS=0 runs in one process
+# two workers, a test file each at a time (pytest-xdist): TEST_WORKERS=0 runs in one process;
+# files are handed out in the order tests/conftest.py sorts them (longest first)
 TEST_WORKERS ?= 2
 
 test: bootstrap lint typecheck
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -v
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -v
 
 lint:
 	$(BIN)/ruff check .

@@ -79,6 +79,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
 
 
+# the order test files are handed to `make test`'s workers (it passes --no-loadscope-reorder):
+# the longest first, the many short ones last to even out the end. By default pytest-xdist
+# hands out the files with the most tests first, which left the crash suite (two tests, 13 to
+# 20 minutes) to start last, on one worker, while the other had nothing left to run.
+_TIER_ORDER = ("integration", "ecosystem", "spark", "unit")
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    tier = tier_of(item.nodeid)
+    rank = _TIER_ORDER.index(tier) if tier in _TIER_ORDER else len(_TIER_ORDER)
+    return (0 if item.get_closest_marker("crash") else 1, rank)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest files first (see _TIER_ORDER); tests keep their order within a file."""
+    items.sort(key=_run_order)  # stable
+
+
 _config: list[pytest.Config] = []
 
 

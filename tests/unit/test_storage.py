@@ -154,6 +154,7 @@ def test_a_half_written_file_is_never_published_and_recover_removes_it(lake: Lak
     stager = Stager(lake.changes, lake.staging_tmp)
     stager.add(chunk(1000, 1010, 3, relations=True))
     stager._write_row_group()  # a row group sent: the temporary object is being written
+    stager._written()  # the writer thread is done with it (closing it mid-write crashed Python)
     stager._writer.close()  # type: ignore[union-attr]  # as a killed run's upload may end
     assert staged_files(lake.changes) == []
     assert len(list(lake.staging_tmp.iterdir())) == 1
