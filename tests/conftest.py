@@ -82,19 +82,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # the order test files are handed to `make test`'s workers (it passes --no-loadscope-reorder):
 # the longest first, the many short ones last to even out the end. By default pytest-xdist
 # hands out the files with the most tests first, which left the crash suite (two tests, 13 to
-# 20 minutes) to start last, on one worker, while the other had nothing left to run.
+# 20 minutes) among the last files, its run the whole run's tail.
 _TIER_ORDER = ("integration", "ecosystem", "spark", "unit")
 
 
-def _run_order(item: pytest.Item) -> tuple[int, int]:
-    tier = tier_of(item.nodeid)
-    rank = _TIER_ORDER.index(tier) if tier in _TIER_ORDER else len(_TIER_ORDER)
-    return (0 if item.get_closest_marker("crash") else 1, rank)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest files first (see _TIER_ORDER); tests keep their order within a file."""
-    items.sort(key=_run_order)  # stable
+    """Files of the crash suite first, then by tier (_TIER_ORDER); a stable sort, so tests
+    keep their order within a file."""
+    crash_files = {item.path for item in items if item.get_closest_marker("crash")}
+
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        tier = tier_of(item.nodeid)
+        rank = _TIER_ORDER.index(tier) if tier in _TIER_ORDER else len(_TIER_ORDER)
+        return (item.path not in crash_files, rank)
+
+    items.sort(key=order)
 
 
 _config: list[pytest.Config] = []
