@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
+from cdc_core.stager import reading_staged
 from cdc_core.state import json_line, write_text
 from cdc_core.storage import Location, ObjectPath, arrow, publish, temporary_for
 
@@ -128,7 +129,8 @@ def staged_facts(staged: Sequence[Location]) -> StagedFacts:
     for p in staged:
         where, fs = arrow(p)
         try:
-            tables.append(pq.read_table(where, columns=_FACT_COLUMNS, filesystem=fs))
+            with reading_staged(p):
+                tables.append(pq.read_table(where, columns=_FACT_COLUMNS, filesystem=fs))
         except FileNotFoundError:
             log.warning("freshness leaves out %s: it was removed (maintenance)", p)
     if not tables:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core import faults
-from cdc_core.errors import TerminalError
+from cdc_core.errors import TerminalError, first_line
 from cdc_core.events import ChangeChunk, ChangeOp, RelationDescriptor
 from cdc_core.lsn import Lsn
 from cdc_core.storage import Location, arrow, publish
@@ -117,13 +119,47 @@ def staged_files(folder: Location) -> list[StagedFile]:
     return sorted(found)
 
 
+@contextlib.contextmanager
+def reading_staged(path: Location) -> Iterator[None]:
+    """Around a read of a published staged file: one damaged since (cut short by a copy or a
+    restore, overwritten) stops the run with `damaged_staged`, not an unexpected error. A file
+    gone is the caller's to handle (maintenance removes those bronze holds). On a local disk
+    any other read error but a refusal is damage too (a page that does not decompress, EIO);
+    on an object store it may pass, and is left to the store's own handling."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except pa.ArrowInvalid as e:  # what pyarrow says of a footer or metadata it cannot parse
+        raise damaged_staged(path, e) from e
+    except OSError as e:
+        if isinstance(path, Path) and not isinstance(e, PermissionError):
+            raise damaged_staged(path, e) from e
+        raise
+
+
+def damaged_staged(path: Location, error: BaseException) -> TerminalError:
+    reason = re.sub(r"^Could not open Parquet input source '[^']*': ", "", first_line(error))
+    return TerminalError(
+        f"staged change file {path} cannot be read ({reason}): it was damaged after "
+        "it was staged, and the slot will not send its changes again. Restore it from a backup "
+        "of the lake; failing that, move it out of _staging/changes, run again, and take an "
+        "incremental snapshot of each captured table (`cdc snapshot --pipeline NAME --table T`) "
+        "to bring the mirrors back in line with the source"
+    )
+
+
 def read_metadata(path: Location) -> dict[str, object]:
     """The `cdc` footer metadata of a staged file."""
     where, fs = arrow(path)
-    meta = pq.read_metadata(where, filesystem=fs).metadata or {}
-    if METADATA_KEY not in meta:
-        raise TerminalError(f"{path} has no cdc metadata: it is not a staged change file")
-    data: dict[str, object] = json.loads(meta[METADATA_KEY])
+    with reading_staged(path):
+        meta = pq.read_metadata(where, filesystem=fs).metadata or {}
+        if METADATA_KEY not in meta:
+            raise TerminalError(f"{path} has no cdc metadata: it is not a staged change file")
+        try:
+            data: dict[str, object] = json.loads(meta[METADATA_KEY])
+        except ValueError as e:
+            raise damaged_staged(path, e) from e
     return data
 
 
@@ -151,7 +187,8 @@ def largest_change(folder: Location, files: Sequence[StagedFile]) -> LargestChan
         path = folder / str(f)
         where, fs = arrow(path)
         columns = ["lsn", "relation_oid", "relation_version", "message"]
-        table = pq.read_table(where, columns=columns, filesystem=fs)
+        with reading_staged(path):
+            table = pq.read_table(where, columns=columns, filesystem=fs)
         if not table.num_rows:
             continue
         sizes = pc.binary_length(table["message"])

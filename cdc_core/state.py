@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdc_core.errors import CdcError, TerminalError
+from cdc_core.errors import CdcError, TerminalError, first_line
 from cdc_core.events import RelationDescriptor
 from cdc_core.identifiers import TableName
 from cdc_core.lake import Lake
@@ -290,8 +290,26 @@ _ENTRIES: dict[str, Any] = {}  # object store entries read once: a name is never
 def _schema_entry(path: Location) -> Any:
     """A schema history entry (its name holds its shape and place, so it never changes)."""
     if isinstance(path, Path):
-        return json.loads(path.read_text())
+        return _parsed_schema_entry(path)
     key = str(path)
     if key not in _ENTRIES:
-        _ENTRIES[key] = json.loads(path.read_text())
+        _ENTRIES[key] = _parsed_schema_entry(path)
     return _ENTRIES[key]
+
+
+def _parsed_schema_entry(path: Location) -> Any:
+    """An entry damaged since it was written (cut short by a copy or a restore) stops the run
+    naming it: the history is the lake's record of the shapes the stream sent, and the server
+    cannot give it again."""
+    try:
+        entry = json.loads(path.read_text())
+        RelationDescriptor.from_json(entry["descriptor"])  # the shape, before anyone relies on it
+        if isinstance(entry["table"], str) and int(entry["first_lsn"]) >= 0:
+            return entry
+        raise ValueError("table or first_lsn of the wrong kind")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise TerminalError(
+            f"{path} is not a schema history entry ({type(e).__name__}: {first_line(e)}): it "
+            "records a captured table's shape as the stream sent it, which reading its changes "
+            "needs and the server cannot send again; restore it from a backup of the lake"
+        ) from e

@@ -53,3 +53,57 @@ def test_a_lake_restored_from_an_older_backup_is_detected_and_resnapshotted(
     out = resnapshot_when_needed(p)
     assert "snapshot: 191 rows read, tables done: public.items" in out
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 191
+
+
+def test_a_damaged_staged_file_stops_the_run_naming_it_and_the_way_out_mends_the_mirror(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """A staged file cut short after it was published (a copy of the lake that stopped, a
+    restore): the slot is past its changes, so the run stops naming the file and the way out,
+    and lands nothing. Set aside, the next runs go on, and the incremental snapshot the error
+    names brings the mirror back in line with the source."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 200) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
+    ingest_ok(p)
+    landed = {path: read(spark, path) for path in (p.lake.bronze, p.lake.silver(ITEMS))}
+    already = set(p.changes.glob("*.parquet"))
+
+    sql(dsn, "DELETE FROM items WHERE id <= 10", "UPDATE items SET v = 'moved' WHERE id > 190")
+    staged = p.ingest("--capture-only")
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    [damaged] = set(p.changes.glob("*.parquet")) - already
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+
+    failed = p.ingest()
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert (
+        f"error: staged change file {damaged} cannot be read (Parquet magic bytes not found in "
+        "footer. Either the file is corrupted or this is not a parquet file.): it was damaged "
+        "after it was staged, and the slot will not send its changes again. Restore it from a "
+        "backup of the lake; failing that, move it out of _staging/changes, run again, and take "
+        "an incremental snapshot of each captured table (`cdc snapshot --pipeline NAME --table "
+        "T`) to bring the mirrors back in line with the source\n"
+    ) in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert {path: read(spark, path) for path in landed} == landed  # nothing landed
+
+    damaged.rename(tmp_path / "set-aside.parquet")
+    sql(dsn, "INSERT INTO items VALUES (500, 'after the damage')")
+    ingest_ok(p)
+    mirror = spark.read.format("delta").load(p.lake.silver(ITEMS))
+    assert mirror.where("id <= 10 OR v = 'moved'").count() == 10  # the lost changes: not yet
+    asked = p.cdc("snapshot", "--pipeline", "p", "--table", "public.items")
+    assert asked.returncode == 0, asked.stderr
+    assert "snapshot: 191 rows read, tables done: public.items" in ingest_ok(p)
+    assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 191
+
+
+def read(spark: SparkSession, path: str) -> tuple[int, list[object]]:
+    """A Delta table's version and rows, to tell that nothing was written to it."""
+    from delta.tables import DeltaTable
+
+    version = DeltaTable.forPath(spark, path).history(1).select("version").first()
+    rows = spark.read.format("delta").load(path).drop("_file").collect()
+    return int(version[0]), sorted(map(str, rows))

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cdc_core.errors import TerminalError
 from cdc_core.events import ChangeChunk, ColumnDescriptor, RelationDescriptor
 from cdc_core.lsn import Lsn
+from cdc_core.metrics import staged_facts
 from cdc_core.pg.pgoutput import ReplicaIdentity
 from cdc_core.stager import (
     LargestChange,
@@ -237,3 +241,59 @@ def test_the_largest_change_of_some_files_is_named_by_size_table_and_lsn(tmp_pat
         9001, Lsn(2990), "a logical message"
     )
     assert largest_change(folder, []) is None
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (lambda data: data[: len(data) // 2], "Parquet magic bytes not found in footer"),
+        (lambda data: b"", "Parquet file size is 0 bytes"),
+    ],
+    ids=["cut-in-half", "emptied"],
+)
+def test_a_staged_file_damaged_after_it_was_published_is_named_with_the_way_out(
+    tmp_path: Path, damage: Callable[[bytes], bytes], said: str
+) -> None:
+    """A published file cut short (a copy or a restore that stopped) is read by a batch's
+    freshness first and by bronze next: both stop naming it, what pyarrow said, and the way
+    out, instead of an unexpected error. The slot is past its changes: nothing sends them again."""
+    s = stager(tmp_path)
+    s.add(chunk(1000, 1010, 2, relations=True))
+    path = tmp_path / "changes" / str(s.flush())
+    path.write_bytes(damage(path.read_bytes()))
+    for read in (read_metadata, lambda p: staged_facts([p]), lambda p: largest_change(
+        p.parent, [StagedFile.parse(p.name)])):  # fmt: skip
+        with pytest.raises(TerminalError) as failed:
+            read(path)
+        message = str(failed.value)
+        assert message.startswith(f"staged change file {path} cannot be read ({said}")
+        assert message.endswith(
+            "): it was damaged after it was staged, and the slot will not send its changes "
+            "again. Restore it from a backup of the lake; failing that, move it out of "
+            "_staging/changes, run again, and take an incremental snapshot of each captured "
+            "table (`cdc snapshot --pipeline NAME --table T`) to bring the mirrors back in line "
+            "with the source"
+        )
+        assert message.count(str(path)) == 1  # not again in what pyarrow said
+
+
+def test_a_staged_file_whose_cdc_metadata_is_not_json_is_damaged(tmp_path: Path) -> None:
+    path = tmp_path / "0000000000000001_0000000000000002.parquet"
+    pq.write_table(pa.table({"x": [1]}).replace_schema_metadata({b"cdc": b'{"changes": 1'}), path)
+    with pytest.raises(TerminalError, match=r"^staged change file .* cannot be read \(.*\): it"):
+        read_metadata(path)
+
+
+def test_a_staged_file_with_a_page_overwritten_is_damaged_when_its_rows_are_read(
+    tmp_path: Path,
+) -> None:
+    """The footer intact, a page overwritten: pyarrow raises OSError on the rows, which on a
+    local disk is damage too (the first read of a batch, its freshness, stops naming it)."""
+    s = stager(tmp_path)
+    s.add(chunk(1000, 1010, 2, relations=True))
+    path = tmp_path / "changes" / str(s.flush())
+    data = path.read_bytes()
+    path.write_bytes(data[:4] + b"\xff" * 50 + data[54:])
+    assert read_metadata(path)["changes"] == 2
+    with pytest.raises(TerminalError, match=r"^staged change file .* cannot be read \(.*\): it"):
+        staged_facts([path])

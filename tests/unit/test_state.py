@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from cdc_core.errors import TerminalError
 from cdc_core.lake import Lake
 from cdc_core.lsn import Lsn
 from cdc_core.pg.slot import SlotState
@@ -13,6 +16,8 @@ from cdc_core.state import (
     read_json,
     record_confirmed,
     record_pruned,
+    schema_history,
+    schemas_dir,
     stream_file,
 )
 
@@ -89,3 +94,33 @@ def test_a_slot_holds_the_stored_position_only_on_the_cluster_it_was_recorded_on
     assert not holds_position(_slot("0/4000", "lost"), stored, "77")
     assert not holds_position(None, stored, "77")
     assert holds_position(_slot("0/9000"), None, "77")  # a first run adopts the slot
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            '{"table": "public.t", "first_lsn": 1',
+            "JSONDecodeError: Expecting ',' delimiter: line 1 column 37 (char 36)",
+        ),
+        ('{"table": "public.t", "first_lsn": 1}', "KeyError: 'descriptor'"),
+        ("[]", "TypeError: list indices must be integers or slices, not str"),
+    ],
+    ids=["cut-short", "no-shape", "not-an-object"],
+)
+def test_a_damaged_schema_history_entry_is_named_with_the_way_out(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """The schema history is the lake's record of the shapes the stream sent: an entry damaged
+    since it was written stops the reader of the history naming it, not an unexpected error."""
+    lake = Lake(str(tmp_path / "lake"))
+    entry = schemas_dir(lake) / "0123-0000000000000001.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_text(text)
+    with pytest.raises(TerminalError) as failed:
+        schema_history(lake, "public.t")
+    assert str(failed.value) == (
+        f"{entry} is not a schema history entry ({said}): it records a captured table's shape "
+        "as the stream sent it, which reading its changes needs and the server cannot send "
+        "again; restore it from a backup of the lake"
+    )
