@@ -30,7 +30,7 @@ from cdc_core.silver import CaughtUp, SilverSettings, TableResult, apply_silver,
 from cdc_core.snapshot import SnapshotJob, TableSnapshot
 from cdc_core.spark import Spark, driver_dying, session_of
 from cdc_core.stager import StagedFile, largest_change, staged_files
-from cdc_core.state import read_json, stream_file
+from cdc_core.state import read_stream
 from cdc_core.unavailable import Placeholder
 
 log = logging.getLogger("cdc_core.apply")
@@ -67,7 +67,7 @@ def apply_staged(
     `caught`: what is known of the mirrors (`CaughtUp`), for batches without snapshots.
     `spark` may be a session still starting: a batch with nothing to apply never waits for it.
     """
-    recorded = read_json(stream_file(lake)) if streaming else None  # before listing files
+    recorded = read_stream(lake) if streaming else None  # before listing files
     source = config.pipeline.source
     options = BronzeOptions(source.provide_transaction_metadata,
                             Placeholder.of(source.unavailable_value_placeholder),

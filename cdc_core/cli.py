@@ -243,7 +243,7 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
     from cdc_core.pg.history import current_timeline
     from cdc_core.pg.slot import slot_state, system_identifier
     from cdc_core.start import holds_position
-    from cdc_core.state import check_owner, read_json, refuse_retired, stream_file
+    from cdc_core.state import check_owner, read_stream, refuse_retired
 
     config = load_pipeline(args.pipeline, args.env)
     source = config.pipeline.source
@@ -262,7 +262,7 @@ def _accept_lost_position(args: argparse.Namespace) -> int:
             f"pipeline {args.pipeline}: {forked}; going on without a snapshot cannot bring the "
             "lake in line: set snapshot.mode: when_needed and run again"
         )
-    if holds_position(slot, read_json(stream_file(lake)), system):
+    if holds_position(slot, read_stream(lake), system):
         print(f"slot {source.slot} still has the stored position {stored}: nothing to accept")
         return EXIT_OK
     path = request_accept(lake, source.slot, stored)

@@ -27,7 +27,7 @@ from cdc_core.lsn import Lsn
 from cdc_core.pg.history import forked_before
 from cdc_core.pg.slot import SlotState, slot_state
 from cdc_core.stager import staged_files
-from cdc_core.state import read_json, stream_file, write_json
+from cdc_core.state import read_json, read_stream, stream_file, write_json
 from cdc_core.storage import Location
 
 log = logging.getLogger("cdc_core.lost_position")
@@ -40,7 +40,7 @@ def accept_file(lake: Lake) -> Location:
 
 
 def stored_position(lake: Lake) -> Lsn | None:
-    stored = read_json(stream_file(lake))
+    stored = read_stream(lake)
     return Lsn.parse(str(stored["confirmed"])) if isinstance(stored, dict) else None
 
 
@@ -87,7 +87,7 @@ def forked_history(dsn: Dsn, lake: Lake, timeline: int | None) -> str | None:
     """Why the lake's position (the stored one, or the last staged file's end when that is
     later) is not in the WAL history of the source, on `timeline` now (`cdc_core.pg.history`):
     a standby promoted before that position. None when it is, or when a timeline is unknown."""
-    stored = read_json(stream_file(lake))
+    stored = read_stream(lake)
     if not isinstance(stored, dict) or stored.get("timeline") in (None, timeline):
         return None  # the same history: no listing of the staged files (a LIST on S3)
     staged = staged_files(lake.changes)

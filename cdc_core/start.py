@@ -68,6 +68,7 @@ from cdc_core.state import (
     known_tables_file,
     other_cluster,
     read_json,
+    read_stream,
     record_confirmed,
     schema_history,
     signal_batch_file,
@@ -111,7 +112,7 @@ def start(config: Config, lake: Lake) -> RunStart:
         if asked is not None:
             state = _accept_request(conn, config, lake, state, asked, forked=forked)
         decision = decide(config.pipeline.snapshot.mode, state)
-        stored = read_json(stream_file(lake))  # after the request: accepting removes it
+        stored = read_stream(lake)  # after the request: accepting removes it
         if decision.new_slot and isinstance(stored, dict):  # a new snapshot's positions must
             position = Lsn.parse(str(stored["confirmed"]))  # sort after the lake's
             why = f"{forked}; " if forked else ""
@@ -178,7 +179,7 @@ def _refuse_another_slots_lake(conn: Conn, config: Config, lake: Lake, system: s
     most likely the lake of another pipeline of the same name (another checkout, another
     environment) with the same root. Taken for a lost position, it would be snapshotted into
     that lake, and each pipeline would then find the other's position stored there."""
-    stored = read_json(stream_file(lake))
+    stored = read_stream(lake)
     if not isinstance(stored, dict) or other_cluster(stored, system) is not None:
         return
     old, slot = stored.get("slot"), config.pipeline.source.slot
@@ -199,7 +200,7 @@ def _record_source(lake: Lake, slot: SlotState, system: str | None, timeline: in
     first run, a new slot, an accepted loss), after planning, so that a run that dies first
     starts over; the source's system identifier (an older version's record lacks it) and
     timeline (a new one after a failover that kept the position in its history) kept with it."""
-    stored = read_json(stream_file(lake))
+    stored = read_stream(lake)
     if stored is None:
         record_confirmed(lake, slot.name, slot.confirmed_flush, system, timeline)
         lost_position.done(lake)  # an accepted loss: the slot's position is the lake's now
@@ -213,7 +214,7 @@ def _start_state(
     conn: Conn, config: Config, lake: Lake, jobs: list[SnapshotJob], system: str | None, *,
     forked: str | None,
 ) -> StartState:  # fmt: skip
-    stored = read_json(stream_file(lake))
+    stored = read_stream(lake)
     initial = [j for j in jobs if j.kind == "initial"]
     slot = slot_state(conn, config.pipeline.source.slot)
     return StartState(

@@ -149,6 +149,36 @@ def mirror_owner(lake: Lake, mirror: str) -> str | None:
     return str(owner) if owner is not None else None
 
 
+def read_stream(lake: Lake) -> dict[str, Any] | None:
+    """`_state/stream.json`: the slot and the position this pipeline last confirmed to it, or
+    None before the first. One that does not parse, or holds no slot and position, stops the
+    run naming it: without it a run could not tell a slot that passed changes the lake never
+    got (recreated, read by another reader) from its own."""
+    path = stream_file(lake)
+    try:
+        stored = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise _damaged_stream(path, f"{type(e).__name__}: {first_line(e)}") from e
+    try:
+        if isinstance(stored, dict) and isinstance(stored["slot"], str):
+            Lsn.parse(str(stored["confirmed"]))
+            return stored
+        why = "it holds no slot and position"
+    except (KeyError, ValueError) as e:
+        why = f"{type(e).__name__}: {first_line(e)}"
+    raise _damaged_stream(path, why)
+
+
+def _damaged_stream(path: Location, why: str) -> TerminalError:
+    return TerminalError(
+        f"{path} is not a stream position record ({why}): restore it from a backup of the lake. "
+        "Failing that, remove it and run once with snapshot.mode: always (every table read "
+        "again): a run without it cannot tell whether the slot passed changes the lake never got"
+    )
+
+
 def record_confirmed(
     lake: Lake, slot: str, position: Lsn, system: str | None = None, timeline: int | None = None
 ) -> None:
@@ -159,7 +189,7 @@ def record_confirmed(
     `system`: the identifier of the cluster the slot is on (`pg_control_system()`), recorded
     with the first position and kept by later ones; `timeline`: the server's timeline, whose
     history the position is in (`cdc_core.pg.history`), likewise."""
-    stored = read_json(stream_file(lake))
+    stored: Any = read_stream(lake)
     same = isinstance(stored, dict) and stored.get("slot") == slot
     known = system or (stored.get("system") if same else None)
     on = timeline or (stored.get("timeline") if same else None)

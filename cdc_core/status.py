@@ -50,9 +50,9 @@ from cdc_core.state import (
     known_tables_file,
     other_cluster,
     read_json,
+    read_stream,
     retirement,
     snapshots_dir,
-    stream_file,
 )
 from cdc_core.storage import Location
 
@@ -246,7 +246,7 @@ def gather_status(
     retired = retirement(lake)
     if retired is not None:
         return replace(status, retired=retired, problems=tuple(_retired_problems(status, retired)))
-    problems = _problems(status, read_json(stream_file(lake)))
+    problems = _problems(status, read_stream(lake))
     forked = _forked(pipeline.source.dsn, lake, status.source)
     if forked is not None:
         problems.append(f"{forked}: the next run stops, or takes a new snapshot under "

@@ -181,7 +181,8 @@ def _kind(value: object) -> str:
         return "a list"
     if value is None:
         return "nothing (null)"
-    return f"{type(value).__name__} {value!r}"
+    kind = next(t for t in type(value).__mro__ if not t.__name__.startswith("_"))
+    return f"{kind.__name__} {value!r}"  # the YAML number's own type, not the loader's
 
 
 class Builder:

@@ -20,7 +20,7 @@ from cdc_core.columns import ColumnRules, Rule
 from cdc_core.config.loader import ENV_VALUE, FieldError, meta, suggest
 from cdc_core.config.validate import ValidateConfig
 from cdc_core.errors import first_line
-from cdc_core.identifiers import TableName
+from cdc_core.identifiers import MAX_IDENTIFIER_BYTES, TableName
 from cdc_core.name_patterns import (
     checked_pattern,
     joined_patterns,
@@ -860,6 +860,12 @@ class SourceConfig:
             )
         if not self.publication.strip():
             raise FieldError("publication", "the name is empty")
+        if len(self.publication.encode()) > MAX_IDENTIFIER_BYTES:  # the server would cut it
+            raise FieldError(
+                "publication",
+                f"{self.publication!r} is longer than PostgreSQL's {MAX_IDENTIFIER_BYTES} bytes "
+                "(the server would cut it, and two pipelines could share the cut name)",
+            )
         self._check_tables()
 
     def _check_tables(self) -> None:
@@ -1253,6 +1259,15 @@ class CaptureConfig:
         for key in ("retry_backoff_s", "trigger_interval_s", "metrics_table_interval_s"):
             if getattr(self, key) < 0:
                 raise FieldError(key, f"{getattr(self, key)} is negative")
+            if getattr(self, key) > MAX_WAIT_S:  # a wait past Python's own limit fails mid-run
+                raise FieldError(
+                    key, f"{getattr(self, key)} is more than {MAX_WAIT_S:,} s (a year)"
+                )
+
+
+MAX_WAIT_S = 31_536_000
+"""The longest wait a setting in seconds may ask for: a year (`threading`'s own limit, some
+292 years, fails a `--continuous` run between batches)."""
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,17 @@ def autoset_replica_identity(
     changed = []
     targets = {t: wanted(t) for t in tables}
     infos = catalog.table_info(conn, [t for t, w in targets.items() if w])
+    refused = [
+        f"{table}: {why}"
+        for table, info in infos.items()
+        if info is not None and (why := identity_refusal(info, targets[table] or "")) is not None
+    ]
+    if refused:  # before any ALTER: the source is left as it was
+        raise TerminalError(
+            f"replica.identity.autoset.values would break the source, so nothing was changed: "
+            f"{'; '.join(refused)}. Give such tables FULL (or INDEX of a unique index) in the "
+            "rule, or leave them out of it"
+        )
     for table, info in infos.items():
         target = targets[table]
         if info is None or target is None:
@@ -180,6 +191,21 @@ def autoset_replica_identity(
             ) from e
         changed.append(f"{table}: {target}")
     return changed
+
+
+def identity_refusal(info: catalog.TableInfo, target: str) -> str | None:
+    """Why setting replica identity `target` on a captured (so published) table would make the
+    source refuse its UPDATEs and DELETEs, or None. PostgreSQL refuses them on a published table
+    without a replica identity: NOTHING, or DEFAULT without a primary key."""
+    kind = target.partition(" ")[0]
+    if kind == "NOTHING":
+        return "REPLICA IDENTITY NOTHING would make its UPDATEs and DELETEs fail on the source"
+    if kind == "DEFAULT" and not info.primary_key:
+        return (
+            "it has no primary key, so REPLICA IDENTITY DEFAULT would make its UPDATEs and "
+            "DELETEs fail on the source"
+        )
+    return None
 
 
 def identity_change(info: catalog.TableInfo, target: str) -> sql.Composable | None:

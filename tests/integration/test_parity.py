@@ -435,6 +435,46 @@ def test_a_replica_identity_the_role_may_not_set_stops_the_run_naming_the_statem
     ) in failed.stderr
 
 
+def test_a_replica_identity_that_would_break_the_source_is_refused_before_it_is_set(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """PostgreSQL refuses UPDATE and DELETE on a published table without a replica identity:
+    `replica.identity.autoset.values` asking NOTHING, or DEFAULT of a table without a primary
+    key, would break the application's writes. The run stops before any ALTER TABLE, the table
+    keeps its identity, and the doctor fails the rule with the same reason."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE nokey (a int, b text)", "ALTER TABLE nokey REPLICA IDENTITY FULL",
+        "CREATE TABLE keyed (id int PRIMARY KEY, b text)")  # fmt: skip
+    failed = _autoset_fails(tmp_path, dsn, "nokey", "DEFAULT")
+    assert (
+        "error: replica.identity.autoset.values would break the source, so nothing was "
+        "changed: public.nokey: it has no primary key, so REPLICA IDENTITY DEFAULT would make "
+        "its UPDATEs and DELETEs fail on the source. Give such tables FULL (or INDEX of a "
+        "unique index) in the rule, or leave them out of it\n"
+    ) in failed.stderr
+    doctor = make_pipeline(
+        tmp_path / "doctor", dsn, ["public.nokey"],
+        source_extra="replica.identity.autoset.values: public\\.nokey:DEFAULT\n",
+    ).cdc("doctor", "--pipeline", "p")  # fmt: skip
+    assert doctor.returncode == 2, doctor.stdout + doctor.stderr
+    assert (
+        "replica.identity.autoset.values sets DEFAULT: it has no primary key, so REPLICA "
+        "IDENTITY DEFAULT would make its UPDATEs and DELETEs fail on the source"
+    ) in doctor.stdout
+
+    failed = _autoset_fails(tmp_path / "nothing", dsn, "keyed", "NOTHING")
+    assert (
+        "public.keyed: REPLICA IDENTITY NOTHING would make its UPDATEs and DELETEs fail on the "
+        "source"
+    ) in failed.stderr
+    with psycopg.connect(dsn) as conn:
+        idents = conn.execute(
+            "SELECT relname, relreplident FROM pg_class WHERE relname IN ('nokey', 'keyed') "
+            "ORDER BY relname"
+        ).fetchall()
+    assert idents == [("keyed", "d"), ("nokey", "f")]
+
+
 def _autoset_fails(
     home: Path, dsn: str, table: str, identity: str
 ) -> subprocess.CompletedProcess[str]:

@@ -1029,3 +1029,28 @@ def test_a_lake_root_that_is_a_file_or_holds_a_nul_is_refused_at_load(tmp_path: 
                             "directory (created if missing)")  # fmt: skip
     message = load_error(tmp_path, CONTRACT.replace("${LAKE_ROOT:-./lake}/orders", '"/tmp/a\\0b"'))
     assert message.endswith("target.root: '/tmp/a\\x00b': a path cannot hold a NUL character")
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "message"),
+    [
+        (CONTRACT.replace("publication: orders_cdc", "publication: " + "p" * 64),
+         f"pipelines/orders.yaml: source.publication: '{'p' * 64}' is longer than PostgreSQL's "
+         "63 bytes (the server would cut it, and two pipelines could share the cut name)"),
+        (CONTRACT + "capture:\n  trigger_interval_s: 1e10\n",
+         "pipelines/orders.yaml: capture.trigger_interval_s: 10000000000.0 is more than "
+         "31,536,000 s (a year)"),
+        (CONTRACT + "capture:\n  chunk_changes: 1.5\n",
+         "pipelines/orders.yaml: capture.chunk_changes: expected a whole number, got float 1.5"),
+        (CONTRACT + "silver:\n  soft_delete: 1\n",
+         "pipelines/orders.yaml: silver.soft_delete: expected true or false, got int 1"),
+    ],
+    ids=["publication-too-long", "wait-past-a-year", "float-for-int", "int-for-bool"],
+)  # fmt: skip
+def test_values_past_what_the_server_or_python_take_are_refused_in_plain_words(
+    tmp_path: Path, pipeline: str, message: str
+) -> None:
+    """A publication name the server would cut to 63 bytes; a trigger interval a `--continuous`
+    run's wait cannot take (it failed after the first batch); and the type of a wrong value as
+    YAML wrote it, not the loader's own class (`_WrittenFloat`)."""
+    assert load_error(tmp_path, pipeline) == message

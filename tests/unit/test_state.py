@@ -14,6 +14,7 @@ from cdc_core.start import holds_position
 from cdc_core.state import (
     pruned_positions,
     read_json,
+    read_stream,
     record_confirmed,
     record_pruned,
     schema_history,
@@ -124,3 +125,38 @@ def test_a_damaged_schema_history_entry_is_named_with_the_way_out(
         "as the stream sent it, which reading its changes needs and the server cannot send "
         "again; restore it from a backup of the lake"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"slot": "s", "conf', "JSONDecodeError: Unterminated string starting at: line 1 column 15 (char 14)"),
+        ("null", "it holds no slot and position"),
+        ("[]", "it holds no slot and position"),
+        ("{}", "KeyError: 'slot'"),
+        ('{"slot": "s"}', "KeyError: 'confirmed'"),
+        ('{"slot": "s", "confirmed": "garbage"}', "ValueError: 'garbage' is not an LSN"),
+    ],
+    ids=["cut-short", "null", "a-list", "empty", "no-position", "not-a-position"],
+)  # fmt: skip
+def test_a_damaged_stream_record_is_named_and_never_read_as_no_record(
+    tmp_path: Path, text: str, why: str
+) -> None:
+    """`null` or `{}` used to read as no record at all, and a run then took whatever position
+    the slot had, without the check that it did not pass changes the lake never got."""
+    lake = Lake(str(tmp_path / "lake"))
+    stream_file(lake).parent.mkdir(parents=True)
+    stream_file(lake).write_text(text)
+    with pytest.raises(TerminalError) as failed:
+        read_stream(lake)
+    message = str(failed.value)
+    assert message.startswith(f"{stream_file(lake)} is not a stream position record ({why}")
+    assert message.endswith(
+        "): restore it from a backup of the lake. Failing that, remove it and run once with "
+        "snapshot.mode: always (every table read again): a run without it cannot tell whether "
+        "the slot passed changes the lake never got"
+    )
+    stream_file(lake).unlink()
+    assert read_stream(lake) is None  # before the first position
+    record_confirmed(lake, "s", Lsn(16))
+    assert read_stream(lake) == {"slot": "s", "confirmed": "0/10"}

@@ -13,7 +13,7 @@ from cdc_core.pg.doctor.context import SHARED_OWNERSHIP, Context, quoted, table_
 from cdc_core.pg.doctor.report import Check
 from cdc_core.pg.identity import partition_problem, table_identity_problem
 from cdc_core.pg.pgoutput import ReplicaIdentity
-from cdc_core.pg.slot import identity_change
+from cdc_core.pg.slot import identity_change, identity_refusal
 
 
 def replica_identity(ctx: Context) -> list[Check]:
@@ -25,6 +25,13 @@ def _identity(ctx: Context, t: TableName, info: TableInfo | None) -> Check:
     if info is None:
         return Check(name, "skip", "not run: the table does not exist")
     wanted = ctx.source.replica_identity_autoset_values.for_table(t)
+    refusal = identity_refusal(info, wanted) if wanted else None
+    if refusal is not None:  # a run refuses it before any ALTER TABLE
+        return Check(
+            name, "fail", f"replica.identity.autoset.values sets {wanted}: {refusal}",
+            f"give {t} FULL (or INDEX of a unique index) in replica.identity.autoset.values, "
+            "or leave it out of the rule",
+        )  # fmt: skip
     change = identity_change(info, wanted) if wanted else None
     if change is not None and not info.is_owner:  # the run would stop at its ALTER TABLE
         alter = ctx.render("ALTER TABLE {} REPLICA IDENTITY {};", table_id(t), change)
