@@ -5,12 +5,14 @@ import, local PostgreSQL, demo, workload.
 
 Every command maps failures to the product's exit codes (0 done, 2 configuration or usage,
 75 transient, 1 anything else) and prints one clear line on stderr; `--debug` adds the
-traceback.
+traceback. Output whose reader went away (`cdc status | head -1`) ends the command quietly
+with 141, as a SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -19,23 +21,36 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from cdc_core.errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, CdcError, UsageError, text_of
+from cdc_core.errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CdcError,
+    UsageError,
+    first_line,
+    text_of,
+)
 
 if TYPE_CHECKING:
     from cdc_core.config import Config
     from cdc_core.pg.doctor import Check
 
 Command = Callable[[argparse.Namespace], int]
+EXIT_SIGPIPE = 141  # 128 + SIGPIPE: how a shell reports a process its closed pipe ended
 DEFAULT_PG_PORT = 5432  # a new local cluster's, and the demo's, preferred port
 
 
 def guarded(command: Command, args: argparse.Namespace) -> int:
     """Run `command`, turning any failure into one stderr line and the right exit code."""
     debug = bool(getattr(args, "debug", False))
+    output = _Output(sys.stdout)
+    sys.stdout = cast(TextIO, output)
     try:
-        return command(args)
+        code = command(args)
+        output.flush()  # a write that fails does so here, not in the interpreter's exit
+        return code
     except CdcError as e:
         if debug:
             traceback.print_exc()
@@ -47,6 +62,8 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
     except Exception as e:  # the last line of defence: one line, not a wall of traceback
         if debug:
             traceback.print_exc()
+        if isinstance(e, OSError) and e is output.failed:
+            return _stdout_lost(e)
         from cdc_core.transient import as_transient, store_refusal
 
         known = as_transient(e) or store_refusal(e)  # a lost server: exit 75; refused: 1
@@ -59,6 +76,48 @@ def guarded(command: Command, args: argparse.Namespace) -> int:
         print(f"error: unexpected {type(e).__name__}: {text} (run with --debug for the traceback)",
               file=sys.stderr)  # fmt: skip
         return EXIT_FAILURE
+    finally:
+        sys.stdout = output.stream
+
+
+class _Output:
+    """Standard output, remembering the error a write or flush of it raised: which `OSError`s
+    are the output's, not the command's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream: TextIO = stream.stream if isinstance(stream, _Output) else stream
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _stdout_lost(e: OSError) -> int:
+    """A command whose output cannot be written: its reader went away (`cdc status | head -1`),
+    which is no error of the command's, so it ends quietly, with the exit status of a process a
+    SIGPIPE ended; or a full disk or a failing device, which one stderr line names. Standard
+    output then points at /dev/null, or the interpreter's exit would fail on it again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    if isinstance(e, BrokenPipeError):
+        return EXIT_SIGPIPE
+    print(f"error: standard output cannot be written: {first_line(e)}", file=sys.stderr)
+    return EXIT_FAILURE
 
 
 class JsonLogFormatter(logging.Formatter):

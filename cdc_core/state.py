@@ -8,7 +8,7 @@ and their progress, the tables it knows, the signals it has carried out.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,13 @@ def check_owner(lake: Lake, pipeline: str, *, claim: bool = False) -> None:
         raise lake.store_problem
     stored = read_json(owner_file(lake))
     owner = stored.get("pipeline") if isinstance(stored, dict) else None
-    if owner is None:
+    if not isinstance(owner, str) and (stored is not None or owner_file(lake).exists()):
+        raise TerminalError(
+            f"{owner_file(lake)} does not name the pipeline whose lake this is (it holds "
+            f"{json.dumps(stored)[:80]}): restore it from a backup of the lake, or, if this is "
+            f"pipeline {pipeline!r}'s lake, remove it and run again"
+        )
+    if owner is None:  # damaged ones above: never claimed over
         if claim:
             write_json(owner_file(lake), {"pipeline": pipeline})
         return
@@ -325,6 +331,39 @@ def _schema_entry(path: Location) -> Any:
     if key not in _ENTRIES:
         _ENTRIES[key] = _parsed_schema_entry(path)
     return _ENTRIES[key]
+
+
+# Read leniently (`run_lock.read_holder`), or by a reader of its own (`read_stream`).
+_NOT_READ_WHOLE = frozenset({"run.holder.json", "stream.json"})
+
+
+def damaged_documents(lake: Lake) -> list[str]:
+    """Why each `_state` document a run would stop on cannot be read: the documents `read_json`
+    reads (those at the top, and `cdc snapshot` requests) and the schema history's entries, in
+    the run's own words. `cdc status` says so before the next run meets them. Snapshot jobs are
+    `status.read_snapshots`'s, the stream position `read_stream`'s."""
+    whole = _documents(lake.state, skip=_NOT_READ_WHOLE) + _documents(lake.state / "requests")
+    found = [
+        *(_unreadable(read_json, p) for p in whole),
+        *(_unreadable(_schema_entry, p) for p in _documents(schemas_dir(lake))),
+    ]
+    return [why for why in found if why is not None]
+
+
+def _unreadable(read: Callable[[Location], object], path: Location) -> str | None:
+    try:
+        read(path)
+    except TerminalError as e:
+        return str(e)
+    except OSError as e:
+        return f"{path} cannot be read ({first_line(e)})"
+    return None
+
+
+def _documents(folder: Location, skip: frozenset[str] = frozenset()) -> list[Location]:
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.glob("*.json") if p.name not in skip), key=lambda p: p.name)
 
 
 def _parsed_schema_entry(path: Location) -> Any:

@@ -47,6 +47,8 @@ from cdc_core.snapshot import load_jobs
 from cdc_core.stager import StagedFile, staged_files
 from cdc_core.state import (
     Retirement,
+    check_owner,
+    damaged_documents,
     known_tables_file,
     other_cluster,
     read_json,
@@ -243,10 +245,22 @@ def gather_status(
         running=holder.describe() if holder else None,
         progress_s=_progress_seconds(lake, holder, now) if holder else None,
     )  # fmt: skip
-    retired = retirement(lake)
-    if retired is not None:
-        return replace(status, retired=retired, problems=tuple(_retired_problems(status, retired)))
-    problems = _problems(status, read_stream(lake))
+    damaged = damaged_documents(lake)  # each stops the next run
+    try:
+        check_owner(lake, pipeline.name)
+    except CdcError as e:  # another pipeline's lake, or a damaged record of whose it is
+        damaged += [str(e)] if str(e) not in damaged else []
+    with contextlib.suppress(CdcError):  # retired.json damaged: one of those
+        retired = retirement(lake)
+        if retired is not None:
+            problems = [*_retired_problems(status, retired), *damaged]
+            return replace(status, retired=retired, problems=tuple(problems))
+    try:
+        stored: object = read_stream(lake)
+    except CdcError as e:
+        stored = DAMAGED
+        damaged.insert(0, str(e))
+    problems = [*_problems(status, stored), *damaged]
     forked = _forked(pipeline.source.dsn, lake, status.source)
     if forked is not None:
         problems.append(f"{forked}: the next run stops, or takes a new snapshot under "
@@ -279,7 +293,7 @@ def _dropped(lake: Lake) -> dict[TableName, Literal["following", "applied"]]:
     mirror holds their last changes; none when the record cannot be read."""
     try:
         found = dropped.recorded(lake)
-    except (OSError, ValueError, KeyError) as e:
+    except (CdcError, OSError, ValueError, KeyError) as e:  # damaged: `damaged_documents` says so
         log.warning("_state/dropped.json not read: %s", e)
         return {}
     return {t: "applied" if d.applied else "following" for t, d in found.items()}
@@ -294,7 +308,10 @@ def captured(config: Config, lake: Lake) -> Config:
     except ConfigError:
         raise
     except (CdcError, psycopg.Error):
-        known = read_json(known_tables_file(lake)) or []
+        try:
+            known = read_json(known_tables_file(lake)) or []
+        except CdcError:  # damaged: `damaged_documents` says so
+            return config
         return with_tables(config, [TableName.parse(str(t)) for t in known]) if known else config
 
 
@@ -473,8 +490,11 @@ def _retired_problems(status: PipelineStatus, retired: Retirement) -> list[str]:
     return []
 
 
+DAMAGED = "damaged"  # `_state/stream.json` as `_problems` takes one that cannot be read
+
+
 def _problems(status: PipelineStatus, stored: object) -> list[str]:
-    """`stored`: `_state/stream.json` (None before the first run)."""
+    """`stored`: `_state/stream.json` (None before the first run, `DAMAGED`)."""
     slot, problems, ran = status.slot, [], stored is not None
     elsewhere = other_cluster(stored, status.source.system_identifier)
     if not status.source.reachable:
@@ -503,6 +523,14 @@ def _problems(status: PipelineStatus, stored: object) -> list[str]:
             f"slot {slot.name} lost WAL it needed (wal_status lost): changes are missing; with "
             "snapshot.mode when_needed the next run starts a new slot and a new snapshot"
         )
+    elif (ahead := _ahead(slot, stored)) is not None:
+        problems.append(
+            f"slot {slot.name} is confirmed up to {slot.confirmed_flush_lsn}, past the lake's "
+            f"stored position {ahead}: changes between them never reached the lake (the lake was "
+            "restored from a backup older than that, or the slot was recreated, or another "
+            "reader confirmed them); the next run stops, or takes a new snapshot under "
+            "snapshot.mode when_needed; see docs/runbooks.md, runbook 7"
+        )  # fmt: skip
     if slot.foreign_reader:
         reader = repr(slot.reader) if slot.reader else "unknown"
         problems.append(
@@ -522,6 +550,18 @@ def _problems(status: PipelineStatus, stored: object) -> list[str]:
         if t.state == "unreadable":
             problems.append(f"{t.table}: {t.error}")
     return problems
+
+
+def _ahead(slot: SlotStatus, stored: object) -> Lsn | None:
+    """The stored position, when `slot` is confirmed past it (`start.holds_position`): the
+    position is recorded before the slot is confirmed up to it, and the slot is read here
+    before the record, so a run under way never looks ahead."""
+    if not isinstance(stored, dict) or stored.get("slot") != slot.name:
+        return None
+    if slot.confirmed_flush_lsn is None:
+        return None
+    position = Lsn.parse(str(stored["confirmed"]))  # `read_stream` checked it
+    return position if Lsn.parse(slot.confirmed_flush_lsn) > position else None
 
 
 def slot_verdict(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -200,3 +201,42 @@ def test_status_fails_a_slot_no_run_can_read_and_one_another_process_holds(
     ]
     assert run.returncode == 75, run.stderr[-2000:]
     assert f'slot: "{p.slot}" is read now by another process (pid {pid}' in run.stderr
+
+
+def test_status_fails_what_stops_the_next_run_a_damaged_document_and_a_lake_older_than_its_slot(
+    pg: PgServer, database: str, tmp_path: Path
+) -> None:
+    """Both stopped every run while status said healthy: it read only part of `_state`, and
+    did not hold the slot against the stored position as a run's start does."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+    p = make_pipeline(tmp_path, dsn, ["public.items"])
+    assert p.ingest("--capture-only").returncode == 0
+    backup = tmp_path / "backup"
+    shutil.copytree(p.home / "lake", backup)  # the lake as a backup taken now holds it
+    sql(dsn, "INSERT INTO items VALUES (1, 'a')")
+    assert p.ingest("--capture-only").returncode == 0
+    assert status_json(p)["problems"] == []
+
+    known = p.lake.state / "tables.json"
+    kept = known.read_bytes()
+    known.write_bytes(kept[:-1])  # cut short
+    run = p.ingest("--capture-only")
+    assert run.returncode == 1, run.stderr[-2000:]
+    (said,) = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert str(known) in said
+    assert status_json(p, expected_exit=1)["problems"] == [said.removeprefix("error: ")]
+    known.write_bytes(kept)
+    assert status_json(p)["problems"] == []
+
+    shutil.rmtree(p.home / "lake")
+    shutil.copytree(backup, p.home / "lake")  # restored: older than the slot's position
+    confirmed, stored = p.confirmed(), json.loads((p.lake.state / "stream.json").read_text())
+    (problem,) = status_json(p, expected_exit=1)["problems"]
+    assert problem.startswith(
+        f"slot {p.slot} is confirmed up to {confirmed}, past the lake's stored position "
+        f"{stored['confirmed']}: changes between them never reached the lake"
+    ), problem
+    run = p.ingest("--capture-only")
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert f"replication slot {p.slot} is ahead of this pipeline's stored position" in run.stderr

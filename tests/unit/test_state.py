@@ -12,6 +12,9 @@ from cdc_core.lsn import Lsn
 from cdc_core.pg.slot import SlotState
 from cdc_core.start import holds_position
 from cdc_core.state import (
+    check_owner,
+    damaged_documents,
+    owner_file,
     pruned_positions,
     read_json,
     read_stream,
@@ -160,3 +163,49 @@ def test_a_damaged_stream_record_is_named_and_never_read_as_no_record(
     assert read_stream(lake) is None  # before the first position
     record_confirmed(lake, "s", Lsn(16))
     assert read_stream(lake) == {"slot": "s", "confirmed": "0/10"}
+
+
+def test_every_document_a_run_would_stop_on_is_named_in_the_run_s_words(tmp_path: Path) -> None:
+    """`cdc status` lists them, so that a damaged document is a problem before the next run
+    stops on it; the documents read leniently or by readers of their own are not listed."""
+    lake = Lake(str(tmp_path / "lake"))
+    (lake.state / "requests").mkdir(parents=True)
+    (schemas_dir(lake)).mkdir()
+    for name in ("tables.json", "requests/1.json", "schemas/0123-0000000000000001.json",
+                 "run.holder.json", "stream.json"):  # fmt: skip
+        (lake.state / name).write_text('{"a": ')
+    (lake.state / "catalog.json").write_text("{}")  # sound ones are not listed
+    (lake.state / "metrics.prom").write_text("{")  # nor what is not a JSON document
+
+    found = damaged_documents(lake)
+
+    assert [why.split(" ")[0] for why in found] == [
+        str(lake.state / "tables.json"), str(lake.state / "requests" / "1.json"),
+        str(schemas_dir(lake) / "0123-0000000000000001.json"),
+    ]  # fmt: skip
+    with pytest.raises(TerminalError) as failed:
+        read_json(lake.state / "tables.json")
+    assert found[0] == str(failed.value)
+    assert "is not a schema history entry" in found[2]
+    assert damaged_documents(Lake(str(tmp_path / "none"))) == []
+
+
+@pytest.mark.parametrize("text", ["[]", "{}", '{"pipeline": 7}', "null"])
+def test_a_damaged_ownership_record_stops_the_run_and_is_never_claimed_over(
+    tmp_path: Path, text: str
+) -> None:
+    """It used to read as a lake no pipeline owns, which the first run of any pipeline took."""
+    lake = Lake(str(tmp_path / "lake"))
+    owner_file(lake).parent.mkdir(parents=True)
+    owner_file(lake).write_text(text)
+    with pytest.raises(TerminalError) as failed:
+        check_owner(lake, "orders", claim=True)
+    assert str(failed.value) == (
+        f"{owner_file(lake)} does not name the pipeline whose lake this is (it holds {text}): "
+        "restore it from a backup of the lake, or, if this is pipeline 'orders''s lake, remove "
+        "it and run again"
+    )
+    assert owner_file(lake).read_text() == text
+    owner_file(lake).unlink()
+    check_owner(lake, "orders", claim=True)
+    assert read_json(owner_file(lake)) == {"pipeline": "orders"}

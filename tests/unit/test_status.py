@@ -319,6 +319,25 @@ def test_a_source_that_is_another_cluster_is_a_problem() -> None:
     assert st._problems(moved, older) == []
 
 
+def test_a_slot_confirmed_past_the_stored_position_is_a_problem() -> None:
+    """A lake restored from an older backup, or a slot recreated: every run stops on it
+    (`start.holds_position`), and status says so first instead of ok."""
+    ahead = sample(slot=replace(sample().slot, confirmed_flush_lsn="0/16B4000"))
+
+    (problem,) = st._problems(ahead, STORED)
+
+    assert problem.startswith(
+        "slot orders_cdc is confirmed up to 0/16B4000, past the lake's stored position "
+        "0/16B3748: changes between them never reached the lake"
+    )
+    assert problem.endswith("see docs/runbooks.md, runbook 7")
+    assert st._problems(sample(), STORED) == []  # at the stored position
+    behind = sample(slot=replace(sample().slot, confirmed_flush_lsn="0/16B0000"))
+    assert st._problems(behind, STORED) == []  # a run confirms after it records
+    other = {**STORED, "slot": "renamed"}  # start stops on that, saying why
+    assert st._problems(ahead, other) == st._problems(ahead, None) == []
+
+
 def test_a_missing_slot_exits_1_with_the_way_out() -> None:
     status = sample(slot=st.SlotStatus("orders_cdc", exists=False))
     status = replace(status, problems=tuple(st._problems(status, STORED)))
@@ -477,6 +496,36 @@ def test_status_of_a_pipeline_whose_server_is_down_reads_the_lake(tmp_path: Path
     assert (status.bronze.rows, status.bronze.staged_end) == (9, "0/10")
     assert status.tables == (st.TableStatus("public.t", "not_created"),)
     assert (status.last_batch, status.stale, status.snapshots) == (None, False, ())
+
+
+def test_each_damaged_state_document_is_a_problem_and_none_stops_the_status(
+    tmp_path: Path,
+) -> None:
+    """Each stops the next run; status read past them all (the stream position, the record of
+    dropped tables, the retirement and the known tables among them) and named each."""
+    write_pipeline(
+        tmp_path, "dsn: postgresql://postgres@127.0.0.1:1/shop\nslot: p_cdc\npublication: p_cdc"
+    )
+    config = load_pipeline("p", "local", home=tmp_path, environ={})
+    state = Lake(config.pipeline.target.root).state
+    state.mkdir(parents=True)
+    names = ["dropped.json", "retired.json", "stream.json", "tables.json"]
+    for name in names:
+        (state / name).write_text("[")
+    (state / "pipeline.json").write_text('{"pipeline": "q"}')  # another pipeline's lake
+
+    status = st.gather_status(config, now=NOW)
+
+    assert [p.split(" ")[0] for p in status.problems] == [
+        "source", *(str(state / n) for n in ["stream.json", "dropped.json", "retired.json",
+                                              "tables.json"]), "target.root",
+    ]  # fmt: skip
+    assert status.problems[-1].startswith(f"target.root {state.parent} holds the lake of "
+                                          "pipeline 'q', not 'p'")  # fmt: skip
+    assert "is not a stream position record" in status.problems[1]
+    assert status.problems[2].endswith("is not valid JSON (Expecting value: line 1 column 2 "
+                                       "(char 1)): restore it or remove it")  # fmt: skip
+    assert (status.retired, status.exit_code) == (None, 75)  # the source is down: try again
 
 
 def test_the_watermark_keys_are_the_stages_own() -> None:
