@@ -30,7 +30,13 @@ from cdc_core.lake_state import committing, read_watermark
 from cdc_core.lsn import ZERO, Lsn
 from cdc_core.silver_table import quoted, sql_name
 from cdc_core.spark import Spark
-from cdc_core.stager import StagedFile, read_metadata, relations_of, staged_files
+from cdc_core.stager import (
+    StagedFile,
+    damaged_in_spark,
+    read_metadata,
+    relations_of,
+    staged_files,
+)
 from cdc_core.state import schema_history, schemas_dir, write_text
 from cdc_core.unavailable import Placeholder
 
@@ -138,34 +144,47 @@ def append_staged(
     ensure_bronze(spark, lake)
     total = 0
     for group, changes in _groups(lake, files, max_changes):
-        contexts = {str(f): staged_context(lake, f) for f in group}
-        record_schemas(lake, contexts.values())
-        staged = (
-            spark.read.parquet(*(str(lake.changes / str(f)) for f in group))
-            .withColumn("_file", F.col("_metadata.file_name"))
-        )  # fmt: skip
-        decode = functools.partial(
-            decode_partition, context=contexts, placeholder=options.placeholder,
-            skipped=options.skipped, skip_unchanged=options.skip_unchanged,
-        )  # fmt: skip
-        envelopes = staged.mapInArrow(decode, BRONZE)
-        end = group[-1].end
-        if options.transaction_metadata:
-            envelopes = with_transaction_blocks(envelopes).persist(StorageLevel.MEMORY_AND_DISK)
-            _append_transactions(spark, lake, envelopes, group)
-            faults.point("bronze.between_commits")  # transactions committed, bronze not yet
-        metadata = {WATERMARK: str(end), "staged_files": [f.id for f in group]}
-        faults.point("bronze.before_commit")
-        with committing(spark, metadata):
-            (
-                envelopes.write.format("delta").mode("append")
-                .option("txnAppId", CAPTURE_APP).option("txnVersion", end.value)
-                .save(lake.bronze)
-            )  # fmt: skip
-        envelopes.unpersist()
-        faults.point("bronze.after_commit")
+        try:
+            _append_group(spark, lake, group, options)
+        except Exception as e:  # a file whose pages no longer decode: named, with the way out
+            damaged = damaged_in_spark(e, lake.changes)
+            if damaged is None:
+                raise
+            raise damaged from e
         total += changes
     return BronzeSummary(len(files), total, files[-1].end)
+
+
+def _append_group(
+    spark: SparkSession, lake: Lake, group: Sequence[StagedFile], options: BronzeOptions
+) -> None:
+    """One commit of `append_staged`."""
+    contexts = {str(f): staged_context(lake, f) for f in group}
+    record_schemas(lake, contexts.values())
+    staged = (
+        spark.read.parquet(*(str(lake.changes / str(f)) for f in group))
+        .withColumn("_file", F.col("_metadata.file_name"))
+    )  # fmt: skip
+    decode = functools.partial(
+        decode_partition, context=contexts, placeholder=options.placeholder,
+        skipped=options.skipped, skip_unchanged=options.skip_unchanged,
+    )  # fmt: skip
+    envelopes = staged.mapInArrow(decode, BRONZE)
+    end = group[-1].end
+    if options.transaction_metadata:
+        envelopes = with_transaction_blocks(envelopes).persist(StorageLevel.MEMORY_AND_DISK)
+        _append_transactions(spark, lake, envelopes, group)
+        faults.point("bronze.between_commits")  # transactions committed, bronze not yet
+    metadata = {WATERMARK: str(end), "staged_files": [f.id for f in group]}
+    faults.point("bronze.before_commit")
+    with committing(spark, metadata):
+        (
+            envelopes.write.format("delta").mode("append")
+            .option("txnAppId", CAPTURE_APP).option("txnVersion", end.value)
+            .save(lake.bronze)
+        )  # fmt: skip
+    envelopes.unpersist()
+    faults.point("bronze.after_commit")
 
 
 def with_transaction_blocks(envelopes: DataFrame) -> DataFrame:

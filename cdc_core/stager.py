@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cdc_core import faults
-from cdc_core.errors import TerminalError, first_line
+from cdc_core.errors import TerminalError, first_line, text_of
 from cdc_core.events import ChangeChunk, ChangeOp, RelationDescriptor
 from cdc_core.lsn import Lsn
 from cdc_core.storage import Location, arrow, publish
@@ -138,7 +138,31 @@ def reading_staged(path: Location) -> Iterator[None]:
         raise
 
 
-def damaged_staged(path: Location, error: BaseException) -> TerminalError:
+# A Spark read of staged files that failed on one, and why, when the why is its content: pages
+# that no longer decode, though the footer `reading_staged` checked is whole. A read error the
+# store gave (a connection reset) is no damage, and is left as it is.
+_SPARK_READ_FAILED = re.compile(
+    r"\[FAILED_READ_FILE\.\w+\] Encountered error while reading file "
+    r"\S*?/([0-9A-F]{16}_[0-9A-F]{16}\.parquet)"
+)
+_UNDECODABLE = re.compile(
+    r"^Caused by: (\S*(?:ParquetDecodingException|ZstdIOException|ZstdException|SnappyException|"
+    r"DataFormatException|ZipException)\S*: .*)$",
+    re.MULTILINE,
+)
+
+
+def damaged_in_spark(error: BaseException, changes: Location) -> TerminalError | None:
+    """`damaged_staged` for the staged file under `changes` a failed Spark read names, when
+    what failed was decoding its pages; None for any other error."""
+    text = text_of(error) or ""
+    read, causes = _SPARK_READ_FAILED.search(text), _UNDECODABLE.findall(text)
+    if read is None or not causes:
+        return None
+    return damaged_staged(changes / read.group(1), causes[-1])
+
+
+def damaged_staged(path: Location, error: BaseException | str) -> TerminalError:
     reason = re.sub(r"^Could not open Parquet input source '[^']*': ", "", first_line(error))
     return TerminalError(
         f"staged change file {path} cannot be read ({reason}): it was damaged after "

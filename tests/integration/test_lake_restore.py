@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -107,3 +108,42 @@ def read(spark: SparkSession, path: str) -> tuple[int, list[object]]:
     version = DeltaTable.forPath(spark, path).history(1).select("version").first()
     rows = spark.read.format("delta").load(path).drop("_file").collect()
     return int(version[0]), sorted(map(str, rows))
+
+
+def test_a_staged_file_whose_pages_no_longer_decode_stops_bronze_naming_it(
+    pg: PgServer, database: str, tmp_path: Path, spark: SparkSession
+) -> None:
+    """Its footer intact, the file passes every check before bronze; Spark's read of its
+    `message` pages is the first to fail, and used to end the run in a several-line
+    "unexpected Py4JJavaError" (a traceback of Java causes)."""
+    dsn = pg.dsn(database)
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 200) g")  # fmt: skip
+    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
+    ingest_ok(p)
+    landed = {path: read(spark, path) for path in (p.lake.bronze, p.lake.silver(ITEMS))}
+    already = set(p.changes.glob("*.parquet"))
+    sql(dsn, "UPDATE items SET v = md5(v) || md5(v || 'x')")
+    assert p.ingest("--capture-only").returncode == 0
+    [damaged] = set(p.changes.glob("*.parquet")) - already
+    group = pq.read_metadata(damaged).row_group(0)
+    [message] = [group.column(i) for i in range(group.num_columns)
+                 if group.column(i).path_in_schema == "message"]  # fmt: skip
+    data = bytearray(damaged.read_bytes())
+    middle = message.data_page_offset + message.total_compressed_size // 2
+    data[middle : middle + 64] = bytes(64)  # a page overwritten: the footer still reads
+    damaged.write_bytes(bytes(data))
+
+    failed = p.ingest()
+
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    [said] = [line for line in failed.stderr.splitlines() if line.startswith("error: ")]
+    assert said.startswith(f"error: staged change file {damaged} cannot be read ("), said
+    assert said.endswith(
+        "): it was damaged after it was staged, and the slot will not send its changes again. "
+        "Restore it from a backup of the lake; failing that, move it out of _staging/changes, "
+        "run again, and take an incremental snapshot of each captured table (`cdc snapshot "
+        "--pipeline NAME --table T`) to bring the mirrors back in line with the source"
+    )
+    assert "Py4J" not in failed.stderr
+    assert {path: read(spark, path) for path in landed} == landed  # nothing landed

@@ -20,6 +20,7 @@ from cdc_core.stager import (
     Limits,
     StagedFile,
     Stager,
+    damaged_in_spark,
     iter_rows,
     largest_change,
     read_metadata,
@@ -297,3 +298,31 @@ def test_a_staged_file_with_a_page_overwritten_is_damaged_when_its_rows_are_read
     assert read_metadata(path)["changes"] == 2
     with pytest.raises(TerminalError, match=r"^staged change file .* cannot be read \(.*\): it"):
         staged_facts([path])
+
+
+# What a bronze job's save raised on a staged file whose `message` pages no longer decompress
+# (its footer intact): a Py4J error's text, Java frames left out as `text_of` leaves them.
+SPARK_READ_FAILED = """An error occurred while calling o1010.save.
+: org.apache.spark.SparkException: [FAILED_READ_FILE.NO_HINT] Encountered error while reading \
+file file:///lake/_staging/changes/000000000193A050_000000000193A080.parquet.  SQLSTATE: KD001
+\tSuppressed: org.apache.spark.util.Utils$OriginalTryStackTraceException: Full stacktrace
+Caused by: org.apache.parquet.io.ParquetDecodingException: could not decompress page
+Caused by: com.github.luben.zstd.ZstdIOException: Data corruption detected
+"""
+
+
+def test_a_spark_read_that_could_not_decode_a_staged_file_s_pages_names_it_as_damaged() -> None:
+    changes = Path("/lake/_staging/changes")
+
+    damaged = damaged_in_spark(Exception(SPARK_READ_FAILED), changes)
+
+    assert damaged is not None
+    assert str(damaged).startswith(
+        f"staged change file {changes / '000000000193A050_000000000193A080.parquet'} cannot be "
+        "read (com.github.luben.zstd.ZstdIOException: Data corruption detected): it was "
+        "damaged after it was staged"
+    )
+    store = SPARK_READ_FAILED.partition("Caused by:")[0] + "Caused by: java.net.SocketException: "
+    assert damaged_in_spark(Exception(store + "Connection reset"), changes) is None  # no damage
+    other = "Caused by: org.apache.parquet.io.ParquetDecodingException: could not decompress"
+    assert damaged_in_spark(Exception(other), changes) is None  # no staged file named
