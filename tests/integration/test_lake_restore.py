@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from cdc_core.identifiers import TableName
 from tests.integration.conftest import PgServer
 from tests.integration.harness import (
+    Pipeline,
     ingest_ok,
     make_pipeline,
     resnapshot_when_needed,
@@ -64,12 +65,7 @@ def test_a_damaged_staged_file_stops_the_run_naming_it_and_the_way_out_mends_the
     and lands nothing. Set aside, the next runs go on, and the incremental snapshot the error
     names brings the mirror back in line with the source."""
     dsn = pg.dsn(database)
-    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
-        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 200) g")  # fmt: skip
-    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
-    ingest_ok(p)
-    landed = {path: read(spark, path) for path in (p.lake.bronze, p.lake.silver(ITEMS))}
-    already = set(p.changes.glob("*.parquet"))
+    p, landed, already = mirrored_items(dsn, tmp_path, spark)
 
     sql(dsn, "DELETE FROM items WHERE id <= 10", "UPDATE items SET v = 'moved' WHERE id > 190")
     staged = p.ingest("--capture-only")
@@ -101,6 +97,19 @@ def test_a_damaged_staged_file_stops_the_run_naming_it_and_the_way_out_mends_the
     assert assert_mirror_equals_source(spark, p.lake, dsn, ITEMS) == 191
 
 
+def mirrored_items(
+    dsn: str, home: Path, spark: SparkSession
+) -> tuple[Pipeline, dict[str, tuple[int, list[object]]], set[Path]]:
+    """Pipeline `p` of 200 rows of items, snapshotted and mirrored; bronze's and the mirror's
+    version and rows (`read`), and the staged files there are."""
+    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
+        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 200) g")  # fmt: skip
+    p = make_pipeline(home, dsn, ["public.items"], snapshot="initial")
+    ingest_ok(p)
+    landed = {path: read(spark, path) for path in (p.lake.bronze, p.lake.silver(ITEMS))}
+    return p, landed, set(p.changes.glob("*.parquet"))
+
+
 def read(spark: SparkSession, path: str) -> tuple[int, list[object]]:
     """A Delta table's version and rows, to tell that nothing was written to it."""
     from delta.tables import DeltaTable
@@ -117,12 +126,7 @@ def test_a_staged_file_whose_pages_no_longer_decode_stops_bronze_naming_it(
     `message` pages is the first to fail, and used to end the run in a several-line
     "unexpected Py4JJavaError" (a traceback of Java causes)."""
     dsn = pg.dsn(database)
-    sql(dsn, "CREATE TABLE items (id int PRIMARY KEY, v text)",
-        "INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 200) g")  # fmt: skip
-    p = make_pipeline(tmp_path, dsn, ["public.items"], snapshot="initial")
-    ingest_ok(p)
-    landed = {path: read(spark, path) for path in (p.lake.bronze, p.lake.silver(ITEMS))}
-    already = set(p.changes.glob("*.parquet"))
+    p, landed, already = mirrored_items(dsn, tmp_path, spark)
     sql(dsn, "UPDATE items SET v = md5(v) || md5(v || 'x')")
     assert p.ingest("--capture-only").returncode == 0
     [damaged] = set(p.changes.glob("*.parquet")) - already
