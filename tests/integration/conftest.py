@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,13 +51,34 @@ class PgServer:
         self.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         return name
 
-    def drop_database(self, name: str) -> None:
+    def drop_database(self, name: str, *, wait_s: float = 30.0) -> None:
+        """Drops `name` and every slot in it. A slot still held is let go first: a reader that
+        has closed its connection leaves its walsender holding the slot for a moment after, and
+        DROP DATABASE refuses a database with a slot even WITH (FORCE)."""
+        deadline = time.monotonic() + wait_s
         with psycopg.connect(self.dsn(), autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE database = %s AND NOT active",
-                (name,),
-            )
+            while True:
+                conn.execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                    "WHERE database = %s AND active_pid IS NOT NULL",
+                    (name,),
+                )
+                with contextlib.suppress(psycopg.errors.ObjectInUse):  # taken again meanwhile
+                    conn.execute(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE database = %s AND NOT active",
+                        (name,),
+                    )
+                left = conn.execute(
+                    "SELECT string_agg(slot_name, ', ') FROM pg_replication_slots "
+                    "WHERE database = %s",
+                    (name,),
+                ).fetchone()
+                if left is None or left[0] is None:
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"slots {left[0]} of database {name} still held")
+                time.sleep(0.05)
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )

@@ -41,16 +41,8 @@ def make_shop(pg: PgServer) -> Iterator[MakeShop]:
         return dsn
 
     yield make
-    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-        for name in created:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                " WHERE database = %s",
-                (name,),
-            )
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    for name in created:
+        pg.drop_database(name)
 
 
 def scalar(dsn: str, query: str | sql.Composable, params: tuple[object, ...] = ()) -> object:
